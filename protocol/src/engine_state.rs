@@ -1,0 +1,111 @@
+//! Engine status snapshots, pushed to the scheduler after engine steps (`GET /v1/state`).
+//!
+//! A subscriber that falls behind receives one snapshot that merges what it missed: the latest
+//! counts, every admitted id and every step sample since the last snapshot it got.
+
+use serde::{Deserialize, Serialize};
+
+/// One step of the engine, as the latency predictor fits it.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct StepSample {
+    /// Prompt tokens computed in the step (prefill chunks).
+    pub prefill_tokens: u32,
+    /// Sequences that decoded one token in the step.
+    pub decode_batch: u32,
+    /// Tokens of context attended over by all sequences in the step.
+    pub context_tokens: u64,
+    /// How long the step took, in seconds.
+    pub step_seconds: f64,
+}
+
+/// The engine's state after a step.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct EngineStatus {
+    /// Increases by one with every step; a subscriber sees gaps when snapshots were merged.
+    pub step: u64,
+    /// When the step ended, in the engine's clock (Unix seconds in real time).
+    pub timestamp: f64,
+    /// Requests waiting to be admitted for the first time.
+    pub num_waiting: u32,
+    /// Requests running (prefilling or decoding).
+    pub num_running: u32,
+    /// Requests preempted and waiting to resume.
+    pub num_swapped: u32,
+    /// Prompt tokens not yet computed of waiting requests.
+    pub waiting_prefill_tokens: u64,
+    /// Prompt tokens not yet computed of running requests.
+    pub running_prefill_tokens: u64,
+    /// Running requests past their prefill.
+    pub num_decoding: u32,
+    /// Context tokens of running requests past their prefill.
+    pub decode_tokens: u64,
+    /// KV tokens held by requests (evictable prefix-cache blocks count as free).
+    pub used_kv_tokens: u64,
+    /// KV capacity in tokens.
+    pub total_kv_tokens: u64,
+    /// Tokens per KV block.
+    pub block_size: u32,
+    /// Token budget of one step.
+    pub max_num_batched_tokens: u32,
+    /// Most sequences in one step.
+    pub max_num_seqs: u32,
+    /// Request ids (`x-request-id`) admitted since the previous snapshot.
+    pub admitted: Vec<String>,
+    /// Request ids that finished since the previous snapshot.
+    pub finished: Vec<String>,
+    /// Step samples since the previous snapshot.
+    pub steps: Vec<StepSample>,
+    /// True when snapshots were dropped before this one and ids or samples may be missing.
+    #[serde(default)]
+    pub lagged: bool,
+}
+
+impl EngineStatus {
+    /// Folds a later snapshot into this one: counts from `later`, lists concatenated.
+    pub fn merge(&mut self, later: EngineStatus) {
+        let mut admitted = std::mem::take(&mut self.admitted);
+        let mut finished = std::mem::take(&mut self.finished);
+        let mut steps = std::mem::take(&mut self.steps);
+        let lagged = self.lagged || later.lagged;
+        admitted.extend(later.admitted.iter().cloned());
+        finished.extend(later.finished.iter().cloned());
+        steps.extend(later.steps.iter().copied());
+        *self = EngineStatus {
+            admitted,
+            finished,
+            steps,
+            lagged,
+            ..later
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_keeps_latest_counts_and_all_lists() {
+        let mut a = EngineStatus {
+            step: 1,
+            num_running: 3,
+            admitted: vec!["a".into()],
+            steps: vec![StepSample::default()],
+            ..Default::default()
+        };
+        let b = EngineStatus {
+            step: 2,
+            num_running: 5,
+            admitted: vec!["b".into()],
+            finished: vec!["a".into()],
+            steps: vec![StepSample::default()],
+            ..Default::default()
+        };
+        a.merge(b);
+        assert_eq!(a.step, 2);
+        assert_eq!(a.num_running, 5);
+        assert_eq!(a.admitted, vec!["a".to_string(), "b".to_string()]);
+        assert_eq!(a.finished, vec!["a".to_string()]);
+        assert_eq!(a.steps.len(), 2);
+    }
+}

@@ -1,0 +1,12 @@
+//! switchyard-protocol: every type that crosses a wire between switchyard's parts and its
+//! clients, and the block hasher they all share.
+//!
+//! - [`openai`]: the OpenAI-compatible API (with the vLLM extensions a router needs).
+//! - [`hashing`]: chained XXH3-64 block hashes, identical in engines, scheduler and gateway.
+//! - [`engine_state`]: the status snapshots an engine pushes to the scheduler.
+//! - [`kv_events`]: the prefix-cache events an engine pushes to the scheduler's index.
+
+pub mod engine_state;
+pub mod hashing;
+pub mod kv_events;
+pub mod openai;

@@ -1,0 +1,18 @@
+//! The OpenAI-compatible HTTP API: requests, responses, stream chunks and errors.
+//!
+//! Request types keep numbers wide (`i64`, `f64`) so that validation, not deserialization, rejects
+//! out-of-range values with a message that names the parameter.
+
+pub mod chat;
+pub mod common;
+pub mod completions;
+pub mod error;
+pub mod models;
+pub mod tokenize;
+
+pub use chat::*;
+pub use common::*;
+pub use completions::*;
+pub use error::*;
+pub use models::*;
+pub use tokenize::*;
