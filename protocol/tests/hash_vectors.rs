@@ -22,7 +22,11 @@ fn matches_python_reference() {
             .chunks_exact(case.block_size)
             .map(local_block_hash)
             .collect();
-        assert_eq!(local, case.local, "local hashes, block size {}", case.block_size);
+        assert_eq!(
+            local, case.local,
+            "local hashes, block size {}",
+            case.block_size
+        );
         assert_eq!(
             block_hashes(&case.tokens, case.block_size),
             case.chained,

@@ -1,0 +1,38 @@
+//! `switchyard`: the one binary. Each subcommand is a thin entry into its crate.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "switchyard",
+    version,
+    about = "One OpenAI-compatible endpoint in front of many LLM engine replicas"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run engine instances (OpenAI server + continuous batching + KV cache + backend).
+    Engine(switchyard_engine::config::EngineArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Command::Engine(args) => {
+            tracing::info!("switchyard engine starting with {args:?}");
+            runtime.block_on(switchyard_engine::launcher::run(args))
+        }
+    }
+}

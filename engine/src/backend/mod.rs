@@ -1,0 +1,57 @@
+//! Backends run one step of the model for a batch: they turn the tokens scheduled in a step into
+//! next-token logits for the sequences that sample.
+//!
+//! The engine core plans the step ([`ModelBatch`]) and samples from the result ([`ModelOutput`]);
+//! a backend only does the math (or, for [`sim`], models how long it would take).
+
+pub mod sim;
+
+use crate::kv::BlockId;
+use crate::sampling::Logits;
+use crate::sched::SeqId;
+
+/// One sequence's share of a step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchSeq {
+    /// The sequence.
+    pub seq: SeqId,
+    /// Tokens computed in this step, at positions `start..start + tokens.len()`.
+    pub tokens: Vec<u32>,
+    /// Position of the first token of `tokens` (tokens before it have KV already).
+    pub start: usize,
+    /// The sequence's KV blocks, covering at least `start + tokens.len()` positions.
+    pub block_table: Vec<BlockId>,
+    /// Whether the step reaches the sequence's last token, so its next token is sampled.
+    pub sample: bool,
+    /// Rolling hash of all the sequence's tokens (see [`crate::sched::Sequence::fingerprint`]).
+    pub fingerprint: u64,
+}
+
+/// Everything a backend needs for one step.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelBatch {
+    /// Sequences in the step, running ones first.
+    pub seqs: Vec<BatchSeq>,
+}
+
+impl ModelBatch {
+    /// Tokens computed in the step.
+    pub fn num_tokens(&self) -> usize {
+        self.seqs.iter().map(|s| s.tokens.len()).sum()
+    }
+}
+
+/// What a step produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelOutput {
+    /// For each sequence of the batch, in order: logits when it samples.
+    pub logits: Vec<Option<Logits>>,
+    /// How long the step would take on the modelled hardware (simulated backends only).
+    pub modeled_seconds: Option<f64>,
+}
+
+/// Runs steps of a model.
+pub trait Backend: Send {
+    /// Computes one step.
+    fn execute(&mut self, batch: &ModelBatch) -> ModelOutput;
+}

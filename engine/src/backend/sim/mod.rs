@@ -1,0 +1,50 @@
+//! The simulated backend: no math. Each step lasts what it would on a named GPU for a named
+//! model shape (a roofline of bytes read and FLOPs done, plus a fixed overhead), and each next
+//! token is a deterministic function of the sequence's tokens, drawn from readable words.
+
+mod gpu;
+mod shape;
+mod step_time;
+mod words;
+
+pub use gpu::GpuProfile;
+pub use shape::ModelShape;
+pub use step_time::StepTimeModel;
+pub use words::SimVocabulary;
+
+/// Names of the preset model shapes.
+pub fn shape_presets() -> Vec<&'static str> {
+    shape::PRESET_NAMES.to_vec()
+}
+
+use super::{Backend, ModelBatch, ModelOutput};
+
+/// The simulated backend.
+#[derive(Debug, Clone)]
+pub struct SimBackend {
+    step_time: StepTimeModel,
+    vocabulary: SimVocabulary,
+}
+
+impl SimBackend {
+    /// A backend timed by `step_time` whose tokens come from `vocabulary`.
+    pub fn new(step_time: StepTimeModel, vocabulary: SimVocabulary) -> Self {
+        SimBackend {
+            step_time,
+            vocabulary,
+        }
+    }
+}
+
+impl Backend for SimBackend {
+    fn execute(&mut self, batch: &ModelBatch) -> ModelOutput {
+        ModelOutput {
+            logits: batch
+                .seqs
+                .iter()
+                .map(|s| s.sample.then(|| self.vocabulary.logits(s.fingerprint)))
+                .collect(),
+            modeled_seconds: Some(self.step_time.step_seconds(batch)),
+        }
+    }
+}

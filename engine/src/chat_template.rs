@@ -1,0 +1,139 @@
+//! Chat templates: Jinja templates from Hugging Face tokenizer configs, rendered with minijinja
+//! and the helpers real templates call (`raise_exception`, `tojson`, `strftime_now`).
+
+use minijinja::{Environment, Error, ErrorKind, Value};
+use serde::Serialize;
+
+/// The built-in model's template (ChatML, as Qwen models use).
+pub const CHATML_TEMPLATE: &str = "{%- for message in messages %}{{ '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}";
+
+/// A compiled chat template.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChatTemplate")
+    }
+}
+
+/// One message as templates see it: content already flattened to text.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TemplateMessage {
+    /// `system`, `user`, `assistant`, `tool`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+    /// Tool calls of an assistant message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    /// The call a tool message answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// Participant name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// What a template is rendered with.
+#[derive(Debug, Clone, Default)]
+pub struct TemplateInput<'a> {
+    /// The conversation.
+    pub messages: &'a [TemplateMessage],
+    /// Open the assistant's turn at the end.
+    pub add_generation_prompt: bool,
+    /// Tool definitions, if any.
+    pub tools: Option<&'a serde_json::Value>,
+    /// Further variables (`chat_template_kwargs`, special tokens).
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ChatTemplate {
+    /// Compiles `source`; fails with the template's syntax error.
+    pub fn new(source: &str) -> Result<Self, Error> {
+        let mut env = Environment::new();
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, msg))
+        });
+        env.add_function("strftime_now", |format: String| -> String {
+            chrono::Local::now().format(&format).to_string()
+        });
+        env.add_template_owned("chat", source.to_string())?;
+        Ok(ChatTemplate { env })
+    }
+
+    /// The prompt text for a conversation.
+    pub fn render(&self, input: &TemplateInput<'_>) -> Result<String, Error> {
+        let mut ctx = input.extra.clone();
+        ctx.insert(
+            "messages".into(),
+            serde_json::to_value(input.messages).unwrap_or_default(),
+        );
+        ctx.insert(
+            "add_generation_prompt".into(),
+            input.add_generation_prompt.into(),
+        );
+        if let Some(tools) = input.tools {
+            ctx.insert("tools".into(), tools.clone());
+        }
+        self.env
+            .get_template("chat")?
+            .render(Value::from_serialize(&ctx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(role: &str, content: &str) -> TemplateMessage {
+        TemplateMessage {
+            role: role.into(),
+            content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
+            name: None,
+        }
+    }
+
+    #[test]
+    fn chatml_renders() {
+        let t = ChatTemplate::new(CHATML_TEMPLATE).unwrap();
+        let messages = [msg("system", "Be brief."), msg("user", "Hi")];
+        let out = t
+            .render(&TemplateInput {
+                messages: &messages,
+                add_generation_prompt: true,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(
+            out,
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn raise_exception_and_python_methods_work() {
+        let t = ChatTemplate::new(
+            "{% if messages[0].role != 'user' %}{{ raise_exception('first must be user') }}{% endif %}{{ messages[0].content.strip() | tojson }}",
+        )
+        .unwrap();
+        let ok = t
+            .render(&TemplateInput {
+                messages: &[msg("user", " hi ")],
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(ok, "\"hi\"");
+        let err = t
+            .render(&TemplateInput {
+                messages: &[msg("system", "x")],
+                ..Default::default()
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("first must be user"));
+    }
+}

@@ -1,0 +1,212 @@
+//! The engine's flags, each with an environment-variable twin, and how they become instances.
+
+use crate::backend::sim::{GpuProfile, ModelShape, SimBackend, SimVocabulary, StepTimeModel};
+use crate::chat_template::{ChatTemplate, CHATML_TEMPLATE};
+use crate::core::CoreConfig;
+use crate::instance::{InstanceInfo, InstanceParts};
+use crate::metrics::{EngineInfo, EngineMetrics, MetricsDialect};
+use crate::tokenizer::builtin_tokenizer;
+use crate::trace::TraceLog;
+use anyhow::{bail, Context};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Which backend runs the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendKind {
+    /// No math: modelled step times and deterministic words.
+    Sim,
+}
+
+/// Flags of `switchyard engine`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EngineArgs {
+    /// Address to listen on.
+    #[arg(long, env = "SWITCHYARD_HOST", default_value = "0.0.0.0")]
+    pub host: String,
+    /// Port of the first instance; instance i listens on port + i.
+    #[arg(long, env = "SWITCHYARD_PORT", default_value_t = 8100)]
+    pub port: u16,
+    /// Independent engine instances in this process.
+    #[arg(long, env = "SWITCHYARD_INSTANCES", default_value_t = 1)]
+    pub instances: usize,
+    /// Backend.
+    #[arg(long, env = "SWITCHYARD_BACKEND", value_enum, default_value_t = BackendKind::Sim)]
+    pub backend: BackendKind,
+    /// Name clients use in `model` (default: the model's name).
+    #[arg(long, env = "SWITCHYARD_SERVED_MODEL_NAME")]
+    pub served_model_name: Option<String>,
+    /// Simulated GPU: h100, h200, a100, l40s or a10.
+    #[arg(long, env = "SWITCHYARD_SIM_GPU", default_value = "h100")]
+    pub sim_gpu: String,
+    /// Simulated model shape: qwen3-0.6b, llama-3.2-1b, llama-3.1-8b, qwen3-32b, or a config.json path.
+    #[arg(long, env = "SWITCHYARD_SIM_MODEL", default_value = "qwen3-0.6b")]
+    pub sim_model: String,
+    /// Simulated time runs this many times faster than real time.
+    #[arg(long, env = "SWITCHYARD_SIM_TIME_SCALE", default_value_t = 1.0)]
+    pub sim_time_scale: f64,
+    /// Tokens per KV block.
+    #[arg(long, env = "SWITCHYARD_BLOCK_SIZE", default_value_t = 16)]
+    pub block_size: usize,
+    /// KV blocks (default: from memory and model shape).
+    #[arg(long, env = "SWITCHYARD_NUM_KV_BLOCKS")]
+    pub num_kv_blocks: Option<usize>,
+    /// Share of accelerator memory for weights and KV cache.
+    #[arg(long, env = "SWITCHYARD_GPU_MEMORY_UTILIZATION", default_value_t = 0.9)]
+    pub gpu_memory_utilization: f64,
+    /// Turn the prefix cache off.
+    #[arg(long, env = "SWITCHYARD_NO_PREFIX_CACHING")]
+    pub no_prefix_caching: bool,
+    /// Token budget of one step.
+    #[arg(
+        long,
+        env = "SWITCHYARD_MAX_NUM_BATCHED_TOKENS",
+        default_value_t = 8192
+    )]
+    pub max_num_batched_tokens: usize,
+    /// Most running sequences.
+    #[arg(long, env = "SWITCHYARD_MAX_NUM_SEQS", default_value_t = 256)]
+    pub max_num_seqs: usize,
+    /// Longest prompt plus output (default: the model's, capped to the KV capacity).
+    #[arg(long, env = "SWITCHYARD_MAX_MODEL_LEN")]
+    pub max_model_len: Option<usize>,
+    /// Waiting sequences beyond which new requests get 429.
+    #[arg(long, env = "SWITCHYARD_MAX_WAITING_REQUESTS", default_value_t = 4096)]
+    pub max_waiting_requests: usize,
+    /// Largest request body, in bytes (413 above).
+    #[arg(long, env = "SWITCHYARD_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Seconds to let running requests finish after SIGTERM.
+    #[arg(long, env = "SWITCHYARD_DRAIN_TIMEOUT", default_value_t = 30.0)]
+    pub drain_timeout: f64,
+    /// Metric names: vllm, fastdeploy, mindie (comma-separated for several).
+    #[arg(
+        long,
+        env = "SWITCHYARD_METRICS_DIALECT",
+        value_delimiter = ',',
+        default_value = "vllm"
+    )]
+    pub metrics_dialect: Vec<MetricsDialect>,
+    /// Write request lifecycle events here, one JSON object a line.
+    #[arg(long, env = "SWITCHYARD_TRACE_LOG")]
+    pub trace_log: Option<PathBuf>,
+}
+
+impl EngineArgs {
+    /// Checks the flags and builds the parts of every instance.
+    pub fn build(&self) -> anyhow::Result<Vec<InstanceParts>> {
+        if self.instances == 0 {
+            bail!("--instances must be at least 1");
+        }
+        if self.block_size == 0 || self.max_num_batched_tokens == 0 || self.max_num_seqs == 0 {
+            bail!("--block-size, --max-num-batched-tokens and --max-num-seqs must be positive");
+        }
+        if !(self.sim_time_scale > 0.0 && self.sim_time_scale.is_finite()) {
+            bail!("--sim-time-scale must be a positive number");
+        }
+        if !(self.gpu_memory_utilization > 0.0 && self.gpu_memory_utilization <= 1.0) {
+            bail!("--gpu-memory-utilization must be in (0, 1]");
+        }
+        let gpu = GpuProfile::by_name(&self.sim_gpu).with_context(|| {
+            format!(
+                "unknown --sim-gpu {:?}; known: {}",
+                self.sim_gpu,
+                GpuProfile::names().join(", ")
+            )
+        })?;
+        let shape = match ModelShape::preset(&self.sim_model) {
+            Some(shape) => shape,
+            None => {
+                let text = std::fs::read_to_string(&self.sim_model).with_context(|| {
+                    format!(
+                        "--sim-model {:?} is neither a preset ({}) nor a readable config.json",
+                        self.sim_model,
+                        crate::backend::sim::shape_presets().join(", ")
+                    )
+                })?;
+                ModelShape::from_config_json(&self.sim_model, &text)
+                    .with_context(|| format!("{} is not a model config", self.sim_model))?
+            }
+        };
+        let step_time = StepTimeModel::new(gpu, shape.clone());
+        let num_blocks = match self.num_kv_blocks {
+            Some(n) => n,
+            None => step_time.kv_capacity_blocks(self.gpu_memory_utilization, self.block_size),
+        };
+        if num_blocks == 0 {
+            bail!(
+                "no KV blocks fit: the {} weights do not leave room on a {}",
+                shape.name,
+                gpu.name
+            );
+        }
+        let capacity = num_blocks * self.block_size;
+        let max_model_len = match self.max_model_len {
+            Some(len) if len > capacity => {
+                bail!("--max-model-len {len} exceeds the KV capacity of {capacity} tokens")
+            }
+            Some(len) => len,
+            None => (shape.max_position_embeddings as usize).min(capacity),
+        };
+        if max_model_len < 2 {
+            bail!("--max-model-len must be at least 2");
+        }
+        let tokenizer = builtin_tokenizer();
+        let chat_template = Arc::new(ChatTemplate::new(CHATML_TEMPLATE)?);
+        let vocabulary = SimVocabulary::from_tokenizer(&tokenizer);
+        let trace_log = match &self.trace_log {
+            Some(path) => Some(
+                TraceLog::open(path)
+                    .with_context(|| format!("cannot open trace log {}", path.display()))?,
+            ),
+            None => None,
+        };
+        let model_name = self
+            .served_model_name
+            .clone()
+            .unwrap_or_else(|| shape.name.clone());
+        (0..self.instances)
+            .map(|index| {
+                let core = CoreConfig {
+                    block_size: self.block_size,
+                    num_blocks,
+                    prefix_caching: !self.no_prefix_caching,
+                    max_num_batched_tokens: self.max_num_batched_tokens,
+                    max_num_seqs: self.max_num_seqs,
+                    max_waiting_requests: self.max_waiting_requests,
+                    max_model_len,
+                    trace: trace_log.is_some(),
+                };
+                let metrics = EngineMetrics::new(
+                    &EngineInfo {
+                        model_name: model_name.clone(),
+                        engine_index: index,
+                        block_size: self.block_size,
+                        num_blocks,
+                        prefix_caching: core.prefix_caching,
+                        max_num_seqs: self.max_num_seqs,
+                        max_model_len,
+                        gpu_memory_utilization: self.gpu_memory_utilization,
+                    },
+                    &self.metrics_dialect,
+                )?;
+                Ok(InstanceParts {
+                    info: InstanceInfo {
+                        name: format!("engine-{index}"),
+                        index,
+                        model_name: model_name.clone(),
+                        max_model_len,
+                        max_body_bytes: self.max_body_bytes,
+                    },
+                    core,
+                    backend: Box::new(SimBackend::new(step_time.clone(), vocabulary.clone())),
+                    tokenizer: tokenizer.clone(),
+                    chat_template: chat_template.clone(),
+                    metrics,
+                    trace_log: trace_log.clone(),
+                    time_scale: self.sim_time_scale,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,380 @@
+//! One engine instance in real time: the core on its own task, fed by commands, stepping the
+//! backend, and publishing events, status snapshots, KV events, metrics and the trace log.
+
+use crate::backend::Backend;
+use crate::chat_template::ChatTemplate;
+use crate::core::{AddError, CoreConfig, EngineCore, NewSeq, SeqEvent, StepReport};
+use crate::metrics::EngineMetrics;
+use crate::sched::SeqId;
+use crate::tokenizer::Tokenizer;
+use crate::trace::TraceLog;
+use rustc_hash::FxHashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use switchyard_protocol::engine_state::{EngineStatus, StepSample};
+use switchyard_protocol::kv_events::{KvEvent, StoredBlock};
+use switchyard_protocol::openai::FinishReason;
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::time::Instant;
+
+/// Snapshots kept for slow status subscribers before they are told they lagged.
+const STATUS_BUFFER: usize = 1024;
+/// KV event batches kept for slow subscribers before they must resync.
+const KV_BUFFER: usize = 4096;
+/// Simulated steps shorter than this run back to back instead of sleeping (timer resolution).
+const MIN_SLEEP: Duration = Duration::from_millis(1);
+
+/// What describes an instance to its clients.
+#[derive(Debug, Clone)]
+pub struct InstanceInfo {
+    /// Name in logs and the trace log (`engine-0`).
+    pub name: String,
+    /// Index within the process (vLLM's `engine` label).
+    pub index: usize,
+    /// Served model name.
+    pub model_name: String,
+    /// Longest prompt plus output.
+    pub max_model_len: usize,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+}
+
+/// Parts an instance is built from.
+pub struct InstanceParts {
+    /// Its description.
+    pub info: InstanceInfo,
+    /// Core sizes and limits.
+    pub core: CoreConfig,
+    /// The model's math (or its simulation).
+    pub backend: Box<dyn Backend>,
+    /// The tokenizer.
+    pub tokenizer: Arc<Tokenizer>,
+    /// The chat template.
+    pub chat_template: Arc<ChatTemplate>,
+    /// Its metrics.
+    pub metrics: EngineMetrics,
+    /// Where lifecycle events go, if anywhere.
+    pub trace_log: Option<TraceLog>,
+    /// Simulated time runs this many times faster than real time.
+    pub time_scale: f64,
+}
+
+enum Command {
+    Add {
+        seq: NewSeq,
+        events: mpsc::UnboundedSender<SeqEvent>,
+        reply: oneshot::Sender<Result<SeqId, AddError>>,
+    },
+    Abort {
+        seq: SeqId,
+        reason: FinishReason,
+    },
+    SubscribeKv {
+        reply: oneshot::Sender<KvSubscription>,
+    },
+    ResetPrefixCache,
+}
+
+/// A KV event subscription: the cache now, then every later event batch.
+pub struct KvSubscription {
+    /// Sequence number of the last event in `blocks`; later batches may repeat lower numbers.
+    pub seq: u64,
+    /// Every cached block.
+    pub blocks: Vec<StoredBlock>,
+    /// Event batches from now on.
+    pub events: broadcast::Receiver<Arc<Vec<KvEvent>>>,
+}
+
+/// A handle to a running instance; shared by its HTTP handlers.
+pub struct Instance {
+    /// Its description.
+    pub info: InstanceInfo,
+    /// The tokenizer.
+    pub tokenizer: Arc<Tokenizer>,
+    /// The chat template.
+    pub chat_template: Arc<ChatTemplate>,
+    /// Its metrics.
+    pub metrics: Arc<EngineMetrics>,
+    commands: mpsc::UnboundedSender<Command>,
+    status: broadcast::Sender<Arc<EngineStatus>>,
+    draining: AtomicBool,
+    in_flight: AtomicUsize,
+}
+
+impl std::fmt::Debug for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Instance")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Instance {
+    /// Starts the instance's core task on the current Tokio runtime.
+    pub fn start(parts: InstanceParts) -> Arc<Instance> {
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let (status, _) = broadcast::channel(STATUS_BUFFER);
+        let (kv, _) = broadcast::channel(KV_BUFFER);
+        let metrics = Arc::new(parts.metrics);
+        let instance = Arc::new(Instance {
+            info: parts.info.clone(),
+            tokenizer: parts.tokenizer,
+            chat_template: parts.chat_template,
+            metrics: metrics.clone(),
+            commands,
+            status: status.clone(),
+            draining: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+        });
+        let driver = Driver {
+            name: parts.info.name,
+            core: EngineCore::new(parts.core),
+            backend: parts.backend,
+            metrics,
+            trace_log: parts.trace_log,
+            time_scale: parts.time_scale,
+            routes: FxHashMap::default(),
+            status,
+            kv,
+        };
+        tokio::spawn(driver.run(receiver));
+        instance
+    }
+
+    /// Queues a sequence whose events go to `events`.
+    pub async fn add(
+        &self,
+        seq: NewSeq,
+        events: mpsc::UnboundedSender<SeqEvent>,
+    ) -> Result<SeqId, AddError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Add { seq, events, reply })
+            .map_err(|_| AddError::QueueFull)?;
+        answer.await.unwrap_or(Err(AddError::QueueFull))
+    }
+
+    /// Ends a sequence early.
+    pub fn abort(&self, seq: SeqId, reason: FinishReason) {
+        // A closed channel means the core is gone and the sequence with it.
+        let _ = self.commands.send(Command::Abort { seq, reason });
+    }
+
+    /// The cached blocks now and every later KV event.
+    pub async fn subscribe_kv(&self) -> Option<KvSubscription> {
+        let (reply, answer) = oneshot::channel();
+        self.commands.send(Command::SubscribeKv { reply }).ok()?;
+        answer.await.ok()
+    }
+
+    /// Status snapshots from now on.
+    pub fn subscribe_status(&self) -> broadcast::Receiver<Arc<EngineStatus>> {
+        self.status.subscribe()
+    }
+
+    /// Forgets every cached prefix.
+    pub fn reset_prefix_cache(&self) {
+        let _ = self.commands.send(Command::ResetPrefixCache);
+    }
+
+    /// Stops taking new requests (health turns 503); running ones go on.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the instance is draining.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Requests being served.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Counts a request as in flight until the returned guard drops.
+    pub fn track(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(self.clone())
+    }
+}
+
+/// Marks one request in flight while alive.
+pub struct InFlight(Arc<Instance>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Unix time in seconds: the clock instances run on.
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or_default()
+}
+
+struct Driver {
+    name: String,
+    core: EngineCore,
+    backend: Box<dyn Backend>,
+    metrics: Arc<EngineMetrics>,
+    trace_log: Option<TraceLog>,
+    time_scale: f64,
+    routes: FxHashMap<SeqId, mpsc::UnboundedSender<SeqEvent>>,
+    status: broadcast::Sender<Arc<EngineStatus>>,
+    kv: broadcast::Sender<Arc<Vec<KvEvent>>>,
+}
+
+impl Driver {
+    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+        // The next simulated step may not start before this instant (time already spent).
+        let mut busy_until = Instant::now();
+        loop {
+            while let Ok(cmd) = commands.try_recv() {
+                self.handle(cmd);
+            }
+            if !self.core.has_work() {
+                self.publish(Vec::new());
+                match commands.recv().await {
+                    Some(cmd) => self.handle(cmd),
+                    None => return,
+                }
+                continue;
+            }
+            let start_instant = Instant::now().max(busy_until);
+            let start = unix_now();
+            let Some(plan) = self.core.plan(start) else {
+                self.publish(Vec::new());
+                match commands.recv().await {
+                    Some(cmd) => self.handle(cmd),
+                    None => return,
+                }
+                continue;
+            };
+            let output = self.backend.execute(&plan.batch);
+            let end = match output.modeled_seconds {
+                Some(modeled) => {
+                    let wall = Duration::from_secs_f64(modeled / self.time_scale);
+                    busy_until = start_instant + wall;
+                    if busy_until > Instant::now() + MIN_SLEEP {
+                        if !self.sleep_until(busy_until, &mut commands).await {
+                            return;
+                        }
+                    }
+                    start + wall.as_secs_f64()
+                }
+                None => unix_now(),
+            };
+            let report = self.core.complete(plan, output, end);
+            self.deliver(report);
+        }
+    }
+
+    /// Sleeps while serving commands; false when the instance is shut down.
+    async fn sleep_until(
+        &mut self,
+        deadline: Instant,
+        commands: &mut mpsc::UnboundedReceiver<Command>,
+    ) -> bool {
+        let sleep = tokio::time::sleep_until(deadline);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                _ = &mut sleep => return true,
+                cmd = commands.recv() => match cmd {
+                    Some(cmd) => self.handle(cmd),
+                    None => return false,
+                },
+            }
+        }
+    }
+
+    fn handle(&mut self, cmd: Command) {
+        match cmd {
+            Command::Add { seq, events, reply } => {
+                let result = self.core.add(seq, unix_now());
+                if let Ok(id) = result {
+                    self.routes.insert(id, events);
+                    self.metrics.on_received();
+                }
+                if reply.send(result).is_err() {
+                    if let Ok(id) = result {
+                        self.abort(id, FinishReason::Abort);
+                    }
+                }
+            }
+            Command::Abort { seq, reason } => self.abort(seq, reason),
+            Command::SubscribeKv { reply } => {
+                let (seq, blocks) = self.core.kv_snapshot();
+                let _ = reply.send(KvSubscription {
+                    seq,
+                    blocks,
+                    events: self.kv.subscribe(),
+                });
+            }
+            Command::ResetPrefixCache => self.core.reset_prefix_cache(),
+        }
+        self.flush_trace();
+    }
+
+    fn abort(&mut self, seq: SeqId, reason: FinishReason) {
+        if let Some(finished) = self.core.abort(seq, reason, unix_now()) {
+            self.metrics.on_finished(&finished);
+            if let Some(route) = self.routes.remove(&seq) {
+                let _ = route.send(SeqEvent::Finished(finished));
+            }
+        }
+    }
+
+    fn deliver(&mut self, report: StepReport) {
+        self.metrics
+            .on_step(&report.stats, report.sample.step_seconds);
+        let mut gone = Vec::new();
+        for event in report.events {
+            match event {
+                SeqEvent::Token(id, sampled) => {
+                    let delivered = self
+                        .routes
+                        .get(&id)
+                        .is_some_and(|r| r.send(SeqEvent::Token(id, sampled)).is_ok());
+                    if !delivered {
+                        gone.push(id);
+                    }
+                }
+                SeqEvent::Finished(finished) => {
+                    self.metrics.on_finished(&finished);
+                    if let Some(route) = self.routes.remove(&finished.seq) {
+                        let _ = route.send(SeqEvent::Finished(finished));
+                    }
+                }
+            }
+        }
+        for id in gone {
+            self.abort(id, FinishReason::Abort);
+        }
+        self.publish(vec![report.sample]);
+        self.flush_trace();
+    }
+
+    fn publish(&mut self, steps: Vec<StepSample>) {
+        let status = self.core.status(unix_now(), steps);
+        self.metrics.on_status(&status, self.core.pool().usage());
+        // No subscriber is not an error: the snapshot is simply not needed.
+        let _ = self.status.send(Arc::new(status));
+        let events = self.core.take_kv_events();
+        if !events.is_empty() {
+            let _ = self.kv.send(Arc::new(events));
+        }
+    }
+
+    fn flush_trace(&mut self) {
+        let events = self.core.take_trace();
+        if let Some(log) = &self.trace_log {
+            log.write(&self.name, events);
+        }
+    }
+}

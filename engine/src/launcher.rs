@@ -1,0 +1,104 @@
+//! Runs `switchyard engine`: binds one listener per instance, serves until SIGTERM or Ctrl-C,
+//! then drains (new requests get 503 while running ones finish, up to the drain timeout).
+
+use crate::config::EngineArgs;
+use crate::instance::Instance;
+use anyhow::Context;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Serves every instance the flags describe until a shutdown signal, then drains.
+pub async fn run(args: EngineArgs) -> anyhow::Result<()> {
+    let parts = args.build()?;
+    let mut listeners = Vec::new();
+    for i in 0..parts.len() {
+        let port = args
+            .port
+            .checked_add(i as u16)
+            .context("instance ports run past 65535")?;
+        let addr = format!("{}:{port}", args.host);
+        listeners.push(
+            TcpListener::bind(&addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?,
+        );
+    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut instances = Vec::new();
+    let mut servers = Vec::new();
+    for (part, listener) in parts.into_iter().zip(listeners) {
+        let instance = Instance::start(part);
+        tracing::info!(
+            "{} serving {} on http://{}",
+            instance.info.name,
+            instance.info.model_name,
+            listener.local_addr()?
+        );
+        servers.push(tokio::spawn(serve(
+            listener,
+            instance.clone(),
+            stop_rx.clone(),
+        )));
+        instances.push(instance);
+    }
+    shutdown_signal().await;
+    drain(&instances, Duration::from_secs_f64(args.drain_timeout)).await;
+    let _ = stop_tx.send(true);
+    for server in servers {
+        server.await??;
+    }
+    Ok(())
+}
+
+/// Serves one instance on `listener` until `stop` turns true.
+pub async fn serve(
+    listener: TcpListener,
+    instance: Arc<Instance>,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    axum::serve(listener, crate::server::router(instance))
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await
+        .context("server failed")
+}
+
+/// Turns every instance to draining and waits until none has requests in flight.
+pub async fn drain(instances: &[Arc<Instance>], timeout: Duration) {
+    instances.iter().for_each(|i| i.start_draining());
+    let in_flight = || instances.iter().map(|i| i.in_flight()).sum::<usize>();
+    tracing::info!("draining {} requests (timeout {:?})", in_flight(), timeout);
+    let deadline = tokio::time::Instant::now() + timeout;
+    while in_flight() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    match in_flight() {
+        0 => tracing::info!("drained"),
+        n => tracing::warn!("drain timeout: {n} requests still in flight are cut"),
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

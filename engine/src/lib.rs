@@ -1,0 +1,21 @@
+//! switchyard-engine: one inference instance.
+//!
+//! A request enters through [`server`] (the OpenAI API), becomes one [`sched::Sequence`] per
+//! choice in the [`core`], which plans each step (continuous batching over the paged [`kv`]
+//! cache), runs it on a [`backend`] and samples the next tokens ([`sampling`]). The
+//! [`instance`] drives the core in real time and publishes [`metrics`], the [`trace`] log, and
+//! the state and KV event streams the scheduler reads.
+
+pub mod backend;
+pub mod chat_template;
+pub mod config;
+pub mod core;
+pub mod instance;
+pub mod kv;
+pub mod launcher;
+pub mod metrics;
+pub mod sampling;
+pub mod sched;
+pub mod server;
+pub mod tokenizer;
+pub mod trace;

@@ -1,0 +1,259 @@
+//! vLLM V1 names: `vllm:` prefix, labels `model_name` and `engine`.
+
+use super::buckets::*;
+use super::families::*;
+use super::{Dialect, EngineInfo, Phases};
+use crate::core::{Finished, StepStats};
+use prometheus::{Counter, CounterVec, Gauge, Histogram, Registry};
+use switchyard_protocol::engine_state::EngineStatus;
+
+pub(super) struct Vllm {
+    running: Gauge,
+    waiting: Gauge,
+    kv_usage: Gauge,
+    prompt_tokens: Counter,
+    generation_tokens: Counter,
+    preemptions: Counter,
+    success: CounterVec,
+    prefix_queries: Counter,
+    prefix_hits: Counter,
+    ttft: Histogram,
+    itl: Histogram,
+    e2e: Histogram,
+    queue: Histogram,
+    prefill: Histogram,
+    decode: Histogram,
+    inference: Histogram,
+    tpot: Histogram,
+    prompt_len: Histogram,
+    generation_len: Histogram,
+    max_tokens: Histogram,
+    kv_computed: Histogram,
+    iteration_tokens: Histogram,
+}
+
+impl Vllm {
+    pub(super) fn new(reg: &Registry, info: &EngineInfo) -> prometheus::Result<Self> {
+        let l: &[(&str, String)] = &[
+            ("model_name", info.model_name.clone()),
+            ("engine", info.engine_index.to_string()),
+        ];
+        let lengths = one_two_five(info.max_model_len);
+        let cache_info = gauge_vec(
+            reg,
+            "vllm:cache_config_info",
+            "Information of the KV cache configuration.",
+            &[("engine", info.engine_index.to_string())],
+            &[
+                "block_size",
+                "cache_dtype",
+                "enable_prefix_caching",
+                "gpu_memory_utilization",
+                "num_cpu_blocks",
+                "num_gpu_blocks",
+                "prefix_caching_hash_algo",
+            ],
+        )?;
+        cache_info
+            .with_label_values(&[
+                info.block_size.to_string().as_str(),
+                "auto",
+                if info.prefix_caching { "True" } else { "False" },
+                info.gpu_memory_utilization.to_string().as_str(),
+                "0",
+                info.num_blocks.to_string().as_str(),
+                "xxh3_64_seed1337",
+            ])
+            .set(1.0);
+        Ok(Vllm {
+            running: gauge(
+                reg,
+                "vllm:num_requests_running",
+                "Number of requests in model execution batches.",
+                l,
+            )?,
+            waiting: gauge(
+                reg,
+                "vllm:num_requests_waiting",
+                "Number of requests waiting to be processed.",
+                l,
+            )?,
+            kv_usage: gauge(
+                reg,
+                "vllm:kv_cache_usage_perc",
+                "KV-cache usage. 1 means 100 percent usage.",
+                l,
+            )?,
+            prompt_tokens: counter(
+                reg,
+                "vllm:prompt_tokens_total",
+                "Number of prefill tokens processed.",
+                l,
+            )?,
+            generation_tokens: counter(
+                reg,
+                "vllm:generation_tokens_total",
+                "Number of generation tokens processed.",
+                l,
+            )?,
+            preemptions: counter(
+                reg,
+                "vllm:num_preemptions_total",
+                "Cumulative number of preemption from the engine.",
+                l,
+            )?,
+            success: counter_vec(
+                reg,
+                "vllm:request_success_total",
+                "Count of successfully processed requests.",
+                l,
+                &["finished_reason"],
+            )?,
+            prefix_queries: counter(
+                reg,
+                "vllm:prefix_cache_queries_total",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                l,
+            )?,
+            prefix_hits: counter(
+                reg,
+                "vllm:prefix_cache_hits_total",
+                "Prefix cache hits, in terms of number of cached tokens.",
+                l,
+            )?,
+            ttft: histogram(
+                reg,
+                "vllm:time_to_first_token_seconds",
+                "Histogram of time to first token in seconds.",
+                l,
+                VLLM_TTFT,
+            )?,
+            itl: histogram(
+                reg,
+                "vllm:inter_token_latency_seconds",
+                "Histogram of inter-token latency in seconds.",
+                l,
+                VLLM_ITL,
+            )?,
+            e2e: histogram(
+                reg,
+                "vllm:e2e_request_latency_seconds",
+                "Histogram of e2e request latency in seconds.",
+                l,
+                VLLM_REQUEST_LATENCY,
+            )?,
+            queue: histogram(
+                reg,
+                "vllm:request_queue_time_seconds",
+                "Histogram of time spent in WAITING phase for request.",
+                l,
+                VLLM_REQUEST_LATENCY,
+            )?,
+            prefill: histogram(
+                reg,
+                "vllm:request_prefill_time_seconds",
+                "Histogram of time spent in PREFILL phase for request.",
+                l,
+                VLLM_REQUEST_LATENCY,
+            )?,
+            decode: histogram(
+                reg,
+                "vllm:request_decode_time_seconds",
+                "Histogram of time spent in DECODE phase for request.",
+                l,
+                VLLM_REQUEST_LATENCY,
+            )?,
+            inference: histogram(
+                reg,
+                "vllm:request_inference_time_seconds",
+                "Histogram of time spent in RUNNING phase for request.",
+                l,
+                VLLM_REQUEST_LATENCY,
+            )?,
+            tpot: histogram(
+                reg,
+                "vllm:request_time_per_output_token_seconds",
+                "Histogram of time_per_output_token_seconds per request.",
+                l,
+                VLLM_ITL,
+            )?,
+            prompt_len: histogram(
+                reg,
+                "vllm:request_prompt_tokens",
+                "Number of prefill tokens processed.",
+                l,
+                &lengths,
+            )?,
+            generation_len: histogram(
+                reg,
+                "vllm:request_generation_tokens",
+                "Number of generation tokens processed.",
+                l,
+                &lengths,
+            )?,
+            max_tokens: histogram(
+                reg,
+                "vllm:request_params_max_tokens",
+                "Histogram of the max_tokens request parameter.",
+                l,
+                &lengths,
+            )?,
+            kv_computed: histogram(
+                reg,
+                "vllm:request_prefill_kv_computed_tokens",
+                "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+                l,
+                &lengths,
+            )?,
+            iteration_tokens: histogram(
+                reg,
+                "vllm:iteration_tokens_total",
+                "Histogram of number of tokens per engine_step.",
+                l,
+                VLLM_ITERATION_TOKENS,
+            )?,
+        })
+    }
+}
+
+impl Dialect for Vllm {
+    fn on_received(&self) {}
+
+    fn on_step(&self, s: &StepStats, _step_seconds: f64) {
+        self.prompt_tokens.inc_by(s.prompt_tokens as f64);
+        self.generation_tokens.inc_by(s.generation_tokens as f64);
+        self.preemptions.inc_by(s.preemptions as f64);
+        self.prefix_queries.inc_by(s.prefix_queries as f64);
+        self.prefix_hits.inc_by(s.prefix_hits as f64);
+        let tokens = s.prompt_tokens + s.generation_tokens;
+        if tokens > 0 {
+            self.iteration_tokens.observe(tokens as f64);
+        }
+        s.ttfts.iter().for_each(|&t| self.ttft.observe(t));
+        s.itls.iter().for_each(|&t| self.itl.observe(t));
+    }
+
+    fn on_finished(&self, f: &Finished) {
+        self.success.with_label_values(&[f.reason.as_str()]).inc();
+        let p = Phases::of(f);
+        self.e2e.observe(p.e2e);
+        p.queue.map(|v| self.queue.observe(v));
+        p.prefill.map(|v| self.prefill.observe(v));
+        p.decode.map(|v| self.decode.observe(v));
+        p.inference.map(|v| self.inference.observe(v));
+        p.per_output_token.map(|v| self.tpot.observe(v));
+        self.prompt_len.observe(f.prompt_tokens as f64);
+        self.generation_len.observe(f.output_tokens as f64);
+        self.max_tokens.observe(f.max_tokens as f64);
+        if f.times.first_scheduled.is_some() {
+            self.kv_computed
+                .observe(f.prompt_tokens.saturating_sub(f.cached_tokens) as f64);
+        }
+    }
+
+    fn on_status(&self, s: &EngineStatus, kv_usage: f64) {
+        self.running.set(s.num_running as f64);
+        self.waiting.set((s.num_waiting + s.num_swapped) as f64);
+        self.kv_usage.set(kv_usage);
+    }
+}

@@ -1,0 +1,13 @@
+//! Continuous batching: which sequences compute how many tokens in the next step.
+//!
+//! Each step spends a token budget: running sequences first (a decode costs one token, an
+//! unfinished prefill the rest of its prompt, cut to the budget), then waiting sequences in
+//! (priority, arrival) order, whose cached prefix blocks are reused. When a running sequence
+//! needs a block and none is free, the newest running sequence is preempted: its blocks are
+//! released (their cached prefixes stay findable) and it is recomputed later.
+
+mod scheduler;
+mod sequence;
+
+pub use scheduler::{BatchScheduler, Schedule, SchedulerLimits};
+pub use sequence::{SeqId, SeqStatus, SeqTimes, Sequence};

@@ -1,0 +1,239 @@
+//! The batch scheduler: owns every live sequence and plans each step.
+
+use super::sequence::{SeqId, SeqStatus, Sequence};
+use crate::kv::BlockPool;
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+
+/// Limits of one step and of the waiting queue.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SchedulerLimits {
+    /// Tokens computed in one step, over all sequences.
+    pub max_num_batched_tokens: usize,
+    /// Sequences running at once.
+    pub max_num_seqs: usize,
+}
+
+/// The plan of one step.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Schedule {
+    /// Sequences and how many tokens each computes, running ones first.
+    pub scheduled: Vec<(SeqId, usize)>,
+    /// Sequences admitted for the first time in this step.
+    pub admitted: Vec<SeqId>,
+    /// Sequences resumed after a preemption in this step.
+    pub resumed: Vec<SeqId>,
+    /// Sequences preempted while planning this step.
+    pub preempted: Vec<SeqId>,
+}
+
+impl Schedule {
+    /// Tokens computed in the step.
+    pub fn num_tokens(&self) -> usize {
+        self.scheduled.iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// Owns the live sequences: running ones in admission order, waiting ones by (priority, arrival).
+#[derive(Debug)]
+pub struct BatchScheduler {
+    limits: SchedulerLimits,
+    seqs: FxHashMap<SeqId, Sequence>,
+    running: Vec<SeqId>,
+    waiting: BTreeMap<(i64, u64), SeqId>,
+}
+
+impl BatchScheduler {
+    /// An empty scheduler.
+    pub fn new(limits: SchedulerLimits) -> Self {
+        BatchScheduler {
+            limits,
+            seqs: FxHashMap::default(),
+            running: Vec::new(),
+            waiting: BTreeMap::new(),
+        }
+    }
+
+    /// The step limits.
+    pub fn limits(&self) -> SchedulerLimits {
+        self.limits
+    }
+
+    /// Queues a new sequence.
+    pub fn add(&mut self, seq: Sequence) {
+        self.waiting
+            .insert((seq.priority, seq.arrival_order), seq.id);
+        self.seqs.insert(seq.id, seq);
+    }
+
+    /// A live sequence.
+    pub fn get(&self, id: SeqId) -> Option<&Sequence> {
+        self.seqs.get(&id)
+    }
+
+    /// A live sequence, to update after a step.
+    pub fn get_mut(&mut self, id: SeqId) -> Option<&mut Sequence> {
+        self.seqs.get_mut(&id)
+    }
+
+    /// Running sequences, in admission order.
+    pub fn running(&self) -> impl Iterator<Item = &Sequence> {
+        self.running.iter().map(|id| &self.seqs[id])
+    }
+
+    /// Waiting and preempted sequences, in the order they will be admitted.
+    pub fn waiting(&self) -> impl Iterator<Item = &Sequence> {
+        self.waiting.values().map(|id| &self.seqs[id])
+    }
+
+    /// Number of running sequences.
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Number of waiting sequences (preempted ones included).
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Whether any sequence is live.
+    pub fn has_work(&self) -> bool {
+        !self.seqs.is_empty()
+    }
+
+    /// Removes a sequence wherever it is and releases its blocks.
+    pub fn remove(&mut self, id: SeqId, pool: &mut BlockPool) -> Option<Sequence> {
+        let seq = self.seqs.remove(&id)?;
+        match seq.status {
+            SeqStatus::Running => self.running.retain(|&r| r != id),
+            SeqStatus::Waiting | SeqStatus::Preempted => {
+                self.waiting.remove(&(seq.priority, seq.arrival_order));
+            }
+        }
+        pool.release(&seq.blocks);
+        Some(seq)
+    }
+
+    /// Registers the newly computed full blocks of `id` in the prefix cache.
+    pub fn register_computed_blocks(&mut self, id: SeqId, pool: &mut BlockPool) {
+        let Some(seq) = self.seqs.get_mut(&id) else {
+            return;
+        };
+        let full = (seq.num_computed / pool.block_size()).min(seq.block_hashes.len());
+        for i in seq.num_registered..full {
+            let parent = i.checked_sub(1).map(|p| seq.block_hashes[p]);
+            pool.register(seq.blocks[i], seq.block_hashes[i], parent);
+        }
+        seq.num_registered = seq.num_registered.max(full);
+    }
+
+    /// Plans the next step: takes blocks for every scheduled token, preempting when short.
+    pub fn schedule(&mut self, pool: &mut BlockPool) -> Schedule {
+        let mut plan = Schedule::default();
+        let mut budget = self.limits.max_num_batched_tokens;
+        self.schedule_running(pool, &mut budget, &mut plan);
+        if plan.preempted.is_empty() {
+            self.admit_waiting(pool, &mut budget, &mut plan);
+        }
+        plan
+    }
+
+    fn schedule_running(&mut self, pool: &mut BlockPool, budget: &mut usize, plan: &mut Schedule) {
+        let block_size = pool.block_size();
+        let mut i = 0;
+        while i < self.running.len() && *budget > 0 {
+            let id = self.running[i];
+            let seq = &self.seqs[&id];
+            let n = seq.num_uncomputed().min(*budget);
+            let needed =
+                blocks_for(seq.num_computed + n, block_size).saturating_sub(seq.blocks.len());
+            let mut scheduled = true;
+            while pool.num_free() < needed {
+                let victim = self.newest_running_from(i);
+                self.preempt(victim, pool);
+                plan.preempted.push(victim);
+                if victim == id {
+                    scheduled = false;
+                    break;
+                }
+            }
+            if !scheduled {
+                break;
+            }
+            let blocks = pool.allocate(needed).expect("free blocks checked");
+            self.seqs
+                .get_mut(&id)
+                .expect("running")
+                .blocks
+                .extend(blocks);
+            plan.scheduled.push((id, n));
+            *budget -= n;
+            i += 1;
+        }
+    }
+
+    /// The running sequence at index `from` or later that yields first: lowest priority, newest.
+    fn newest_running_from(&self, from: usize) -> SeqId {
+        *self.running[from..]
+            .iter()
+            .max_by_key(|id| {
+                let s = &self.seqs[id];
+                (s.priority, s.arrival_order)
+            })
+            .expect("the sequence being scheduled is running")
+    }
+
+    fn preempt(&mut self, id: SeqId, pool: &mut BlockPool) {
+        self.running.retain(|&r| r != id);
+        let seq = self.seqs.get_mut(&id).expect("running");
+        pool.release(&seq.blocks);
+        seq.blocks.clear();
+        seq.num_computed = 0;
+        seq.num_registered = 0;
+        seq.status = SeqStatus::Preempted;
+        seq.num_preemptions += 1;
+        self.waiting.insert((seq.priority, seq.arrival_order), id);
+    }
+
+    fn admit_waiting(&mut self, pool: &mut BlockPool, budget: &mut usize, plan: &mut Schedule) {
+        let block_size = pool.block_size();
+        while *budget > 0 && self.running.len() < self.limits.max_num_seqs {
+            let Some((&key, &id)) = self.waiting.iter().next() else {
+                break;
+            };
+            let seq = &self.seqs[&id];
+            // At least the last token is computed, so that the step yields logits.
+            let cacheable = (seq.tokens.len() - 1) / block_size;
+            let hits = pool.lookup(&seq.block_hashes[..cacheable.min(seq.block_hashes.len())]);
+            let cached = hits.len() * block_size;
+            let n = (seq.tokens.len() - cached).min(*budget);
+            let needed = blocks_for(cached + n, block_size) - hits.len();
+            if pool.num_free() < needed + pool.count_free(&hits) {
+                break;
+            }
+            pool.acquire(&hits);
+            let blocks = pool.allocate(needed).expect("free blocks checked");
+            self.waiting.remove(&key);
+            let seq = self.seqs.get_mut(&id).expect("waiting");
+            seq.blocks = hits;
+            seq.num_registered = seq.blocks.len();
+            seq.blocks.extend(blocks);
+            seq.num_computed = cached;
+            if seq.status == SeqStatus::Waiting {
+                seq.cached_prompt_tokens = cached.min(seq.prompt_len);
+                plan.admitted.push(id);
+            } else {
+                plan.resumed.push(id);
+            }
+            seq.status = SeqStatus::Running;
+            self.running.push(id);
+            plan.scheduled.push((id, n));
+            *budget -= n;
+        }
+    }
+}
+
+/// Blocks needed to hold `tokens` tokens.
+pub(crate) fn blocks_for(tokens: usize, block_size: usize) -> usize {
+    tokens.div_ceil(block_size)
+}

@@ -1,0 +1,296 @@
+//! `POST /v1/chat/completions`.
+
+use super::errors::{HttpError, OpenAiJson};
+use super::generation::{ChoiceUpdate, Generation};
+use super::params::{settle_max_tokens, validate, MAX_LOGPROBS};
+use super::{check_model, sse_response, unix_seconds, RequestId};
+use crate::chat_template::{TemplateInput, TemplateMessage};
+use crate::instance::Instance;
+use crate::tokenizer::Tokenizer;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use std::sync::Arc;
+use switchyard_protocol::openai::*;
+
+/// Flattens messages to text, rejecting what the template cannot take.
+pub fn template_messages(messages: &[ChatMessage]) -> Result<Vec<TemplateMessage>, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid_param(
+            "messages",
+            "`messages` must not be empty.",
+        ));
+    }
+    messages
+        .iter()
+        .map(|m| {
+            if !matches!(m.role.as_str(), "system" | "user" | "assistant" | "tool" | "developer") {
+                return Err(ApiError::invalid_param(
+                    "messages",
+                    format!("Unknown message role {:?}.", m.role),
+                ));
+            }
+            let content = match &m.content {
+                None => String::new(),
+                Some(MessageContent::Text(t)) => t.clone(),
+                Some(MessageContent::Parts(parts)) => {
+                    let mut text = String::new();
+                    for part in parts {
+                        match (part.kind.as_str(), &part.text) {
+                            ("text", Some(t)) => text.push_str(t),
+                            (kind, _) => {
+                                return Err(ApiError::invalid_param(
+                                    "messages",
+                                    format!("Content parts of type {kind:?} are not supported; only text parts with `text`."),
+                                ))
+                            }
+                        }
+                    }
+                    text
+                }
+            };
+            Ok(TemplateMessage {
+                role: m.role.clone(),
+                content,
+                tool_calls: m.tool_calls.clone(),
+                tool_call_id: m.tool_call_id.clone(),
+                name: m.name.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Renders and tokenizes a conversation.
+pub fn chat_prompt(
+    instance: &Instance,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+    tools: Option<&serde_json::Value>,
+    extra: serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<u32>, ApiError> {
+    let messages = template_messages(messages)?;
+    let text = instance
+        .chat_template
+        .render(&TemplateInput {
+            messages: &messages,
+            add_generation_prompt,
+            tools,
+            extra,
+        })
+        .map_err(|e| {
+            ApiError::invalid_param("messages", format!("The chat template failed: {e}"))
+        })?;
+    instance
+        .tokenizer
+        .encode(&text, false)
+        .map_err(|e| ApiError::invalid_param("messages", e.to_string()))
+}
+
+/// Answers a chat completions request.
+pub async fn chat_completions(
+    State(instance): State<Arc<Instance>>,
+    RequestId(request_id): RequestId,
+    OpenAiJson(req): OpenAiJson<ChatCompletionRequest>,
+) -> Result<Response, HttpError> {
+    let model = check_model(&instance, req.model.as_deref())?;
+    if let Some(format) = &req.response_format {
+        if format.kind != "text" {
+            return Err(ApiError::invalid_param(
+                "response_format",
+                format!(
+                    "`response_format` of type {:?} is not supported.",
+                    format.kind
+                ),
+            )
+            .into());
+        }
+    }
+    let top = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
+        (false, Some(_)) => {
+            return Err(ApiError::invalid_param(
+                "top_logprobs",
+                "`top_logprobs` needs `logprobs` set to true.",
+            )
+            .into())
+        }
+        (false, None) => None,
+        (true, n) => Some(n.unwrap_or(0)),
+    };
+    if let Some(n) = top {
+        if !(0..=MAX_LOGPROBS).contains(&n) {
+            return Err(ApiError::invalid_param(
+                "top_logprobs",
+                format!("`top_logprobs` must be between 0 and {MAX_LOGPROBS}."),
+            )
+            .into());
+        }
+    }
+    let tok = instance.tokenizer.clone();
+    let params = validate(
+        &req.sampling,
+        req.max_completion_tokens.or(req.max_tokens),
+        top,
+        tok.vocab_size(),
+        tok.eos_token_ids(),
+    )?;
+    let add_generation_prompt =
+        req.add_generation_prompt.unwrap_or(true) && !req.continue_final_message.unwrap_or(false);
+    let prompt = chat_prompt(
+        &instance,
+        &req.messages,
+        add_generation_prompt,
+        req.tools.as_ref(),
+        req.chat_template_kwargs.clone().unwrap_or_default(),
+    )?;
+    let max = settle_max_tokens(
+        prompt.len(),
+        params.max_tokens,
+        None,
+        instance.info.max_model_len,
+    )?;
+    if instance.is_draining() {
+        return Err(ApiError::unavailable("The engine is shutting down.").into());
+    }
+    let mut generation =
+        Generation::start(&instance, &request_id, vec![(prompt, max)], &params).await?;
+    let shape = Shape {
+        id: format!("chatcmpl-{request_id}"),
+        created: unix_seconds(),
+        model,
+        tokenizer: tok,
+        logprobs: params.sampling.logprobs.is_some(),
+    };
+    if !params.stream {
+        let n = generation.num_choices();
+        let mut texts = vec![String::new(); n];
+        let mut logprobs = vec![ChatLogprobs::default(); n];
+        let mut finishes = vec![None; n];
+        while let Some(update) = generation.next().await {
+            let i = update.index as usize;
+            texts[i].push_str(&update.text);
+            logprobs[i].content.extend(shape.logprobs(&update));
+            if update.finish.is_some() {
+                finishes[i] = update.finish;
+            }
+        }
+        let choices = texts
+            .into_iter()
+            .zip(logprobs)
+            .zip(finishes)
+            .enumerate()
+            .map(|(i, ((text, lp), finish))| ChatChoice {
+                index: i as u32,
+                message: AssistantMessage {
+                    role: "assistant".into(),
+                    content: Some(text),
+                },
+                logprobs: shape.logprobs.then_some(lp),
+                finish_reason: finish.as_ref().map(|f| f.0),
+                stop_reason: finish.and_then(|f| f.1),
+            })
+            .collect();
+        return Ok(Json(ChatCompletionResponse {
+            id: shape.id.clone(),
+            object: "chat.completion".into(),
+            created: shape.created,
+            model: shape.model.clone(),
+            choices,
+            usage: generation.usage(),
+        })
+        .into_response());
+    }
+    let (include_usage, continuous) = (params.include_usage, params.continuous_usage);
+    let stream = async_stream::stream! {
+        for i in 0..generation.num_choices() {
+            let delta = ChatDelta { role: Some("assistant".into()), content: Some(String::new()) };
+            yield shape.chunk(i as u32, delta, None, None, None);
+        }
+        while let Some(update) = generation.next().await {
+            let lp = shape.logprobs.then(|| ChatLogprobs { content: shape.logprobs(&update) });
+            let delta = ChatDelta {
+                role: None,
+                content: (!update.text.is_empty()).then(|| update.text.clone()),
+            };
+            let usage = continuous.then(|| generation.usage());
+            yield shape.chunk(update.index, delta, lp, update.finish, usage);
+        }
+        if include_usage {
+            yield serde_json::to_string(&ChatCompletionChunk {
+                id: shape.id.clone(),
+                object: "chat.completion.chunk".into(),
+                created: shape.created,
+                model: shape.model.clone(),
+                choices: Vec::new(),
+                usage: Some(generation.usage()),
+            }).unwrap_or_default();
+        }
+    };
+    Ok(sse_response(stream))
+}
+
+struct Shape {
+    id: String,
+    created: u64,
+    model: String,
+    tokenizer: Arc<Tokenizer>,
+    logprobs: bool,
+}
+
+impl Shape {
+    fn chunk(
+        &self,
+        index: u32,
+        delta: ChatDelta,
+        logprobs: Option<ChatLogprobs>,
+        finish: Option<(FinishReason, Option<StopReason>)>,
+        usage: Option<Usage>,
+    ) -> String {
+        serde_json::to_string(&ChatCompletionChunk {
+            id: self.id.clone(),
+            object: "chat.completion.chunk".into(),
+            created: self.created,
+            model: self.model.clone(),
+            choices: vec![ChatChunkChoice {
+                index,
+                delta,
+                logprobs,
+                finish_reason: finish.as_ref().map(|f| f.0),
+                stop_reason: finish.and_then(|f| f.1),
+            }],
+            usage,
+        })
+        .unwrap_or_default()
+    }
+
+    fn logprobs(&self, update: &ChoiceUpdate) -> Vec<TokenLogprob> {
+        let entry = |id: u32| {
+            let token = self.tokenizer.token_text(id);
+            let bytes = Some(token.as_bytes().to_vec());
+            (token, bytes)
+        };
+        update
+            .logprobs
+            .iter()
+            .map(|t| {
+                let (token, bytes) = entry(t.token);
+                TokenLogprob {
+                    token,
+                    logprob: t.logprob,
+                    bytes,
+                    top_logprobs: t
+                        .top
+                        .iter()
+                        .map(|&(id, logprob)| {
+                            let (token, bytes) = entry(id);
+                            TopLogprob {
+                                token,
+                                logprob,
+                                bytes,
+                            }
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,206 @@
+//! `POST /v1/completions`.
+
+use super::errors::{HttpError, OpenAiJson};
+use super::generation::{ChoiceUpdate, Generation};
+use super::params::{settle_max_tokens, token_prompt, validate};
+use super::{check_model, sse_response, unix_seconds, RequestId};
+use crate::instance::Instance;
+use crate::tokenizer::Tokenizer;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use switchyard_protocol::openai::*;
+
+/// OpenAI's default `max_tokens` for completions.
+const DEFAULT_MAX_TOKENS: u32 = 16;
+
+/// Answers a completions request.
+pub async fn completions(
+    State(instance): State<Arc<Instance>>,
+    RequestId(request_id): RequestId,
+    OpenAiJson(req): OpenAiJson<CompletionRequest>,
+) -> Result<Response, HttpError> {
+    let model = check_model(&instance, req.model.as_deref())?;
+    if req.suffix.is_some() {
+        return Err(ApiError::invalid_param("suffix", "`suffix` is not supported.").into());
+    }
+    let tok = instance.tokenizer.clone();
+    let params = validate(
+        &req.sampling,
+        req.max_tokens,
+        req.logprobs,
+        tok.vocab_size(),
+        tok.eos_token_ids(),
+    )?;
+    if let Some(best_of) = req.best_of {
+        if best_of != params.n as i64 {
+            return Err(ApiError::invalid_param(
+                "best_of",
+                "Only `best_of` equal to `n` is supported.",
+            )
+            .into());
+        }
+    }
+    let mut prompts = Vec::new();
+    for input in req.prompt.into_inputs() {
+        let ids = match input {
+            PromptInput::Text(text) => tok
+                .encode(&text, true)
+                .map_err(|e| ApiError::invalid_param("prompt", e.to_string()))?,
+            PromptInput::Tokens(ids) => token_prompt(&ids, tok.vocab_size())?,
+        };
+        let max = settle_max_tokens(
+            ids.len(),
+            params.max_tokens,
+            Some(DEFAULT_MAX_TOKENS),
+            instance.info.max_model_len,
+        )?;
+        prompts.push((ids, max));
+    }
+    if prompts.is_empty() {
+        return Err(ApiError::invalid_param("prompt", "`prompt` is empty.").into());
+    }
+    if instance.is_draining() {
+        return Err(ApiError::unavailable("The engine is shutting down.").into());
+    }
+    let echo: Vec<String> = if req.echo.unwrap_or(false) {
+        prompts
+            .iter()
+            .map(|(ids, _)| tok.decode(ids, params.skip_special_tokens))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut generation = Generation::start(&instance, &request_id, prompts, &params).await?;
+    let shape = Shape {
+        id: format!("cmpl-{request_id}"),
+        created: unix_seconds(),
+        model,
+        tokenizer: tok,
+        logprobs: params.sampling.logprobs.is_some(),
+    };
+    if !params.stream {
+        let mut texts: Vec<String> = (0..generation.num_choices())
+            .map(|i| {
+                echo.get(generation.prompt_of(i as u32))
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect();
+        let mut logprobs = vec![CompletionLogprobs::default(); generation.num_choices()];
+        let mut finishes = vec![None; generation.num_choices()];
+        while let Some(update) = generation.next().await {
+            let i = update.index as usize;
+            shape.extend_logprobs(&mut logprobs[i], &update, texts[i].len());
+            texts[i].push_str(&update.text);
+            if update.finish.is_some() {
+                finishes[i] = update.finish;
+            }
+        }
+        let choices = texts
+            .into_iter()
+            .zip(logprobs)
+            .zip(finishes)
+            .enumerate()
+            .map(|(i, ((text, lp), finish))| CompletionChoice {
+                index: i as u32,
+                text,
+                logprobs: shape.logprobs.then_some(lp),
+                finish_reason: finish.as_ref().map(|f| f.0),
+                stop_reason: finish.and_then(|f| f.1),
+            })
+            .collect();
+        let body = CompletionResponse {
+            id: shape.id.clone(),
+            object: "text_completion".into(),
+            created: shape.created,
+            model: shape.model.clone(),
+            choices,
+            usage: Some(generation.usage()),
+        };
+        return Ok(Json(body).into_response());
+    }
+    let (include_usage, continuous) = (params.include_usage, params.continuous_usage);
+    let stream = async_stream::stream! {
+        let mut offsets = vec![0usize; generation.num_choices()];
+        for (i, offset) in offsets.iter_mut().enumerate() {
+            if let Some(text) = echo.get(generation.prompt_of(i as u32)) {
+                *offset = text.len();
+                yield shape.chunk(i as u32, text.clone(), None, None, None);
+            }
+        }
+        while let Some(update) = generation.next().await {
+            let i = update.index as usize;
+            let mut lp = CompletionLogprobs::default();
+            shape.extend_logprobs(&mut lp, &update, offsets[i]);
+            offsets[i] += update.text.len();
+            let usage = continuous.then(|| generation.usage());
+            yield shape.chunk(update.index, update.text, shape.logprobs.then_some(lp), update.finish, usage);
+        }
+        if include_usage {
+            yield serde_json::to_string(&CompletionResponse {
+                id: shape.id.clone(),
+                object: "text_completion".into(),
+                created: shape.created,
+                model: shape.model.clone(),
+                choices: Vec::new(),
+                usage: Some(generation.usage()),
+            }).unwrap_or_default();
+        }
+    };
+    Ok(sse_response(stream))
+}
+
+struct Shape {
+    id: String,
+    created: u64,
+    model: String,
+    tokenizer: Arc<Tokenizer>,
+    logprobs: bool,
+}
+
+impl Shape {
+    fn chunk(
+        &self,
+        index: u32,
+        text: String,
+        logprobs: Option<CompletionLogprobs>,
+        finish: Option<(FinishReason, Option<StopReason>)>,
+        usage: Option<Usage>,
+    ) -> String {
+        let body = CompletionResponse {
+            id: self.id.clone(),
+            object: "text_completion".into(),
+            created: self.created,
+            model: self.model.clone(),
+            choices: vec![CompletionChoice {
+                index,
+                text,
+                logprobs,
+                finish_reason: finish.as_ref().map(|f| f.0),
+                stop_reason: finish.and_then(|f| f.1),
+            }],
+            usage,
+        };
+        serde_json::to_string(&body).unwrap_or_default()
+    }
+
+    fn extend_logprobs(&self, lp: &mut CompletionLogprobs, update: &ChoiceUpdate, offset: usize) {
+        let mut offset = offset;
+        for t in &update.logprobs {
+            let text = self.tokenizer.token_text(t.token);
+            lp.text_offset.push(offset as u32);
+            offset += text.len();
+            lp.tokens.push(text);
+            lp.token_logprobs.push(Some(t.logprob));
+            lp.top_logprobs.push(Some(
+                t.top
+                    .iter()
+                    .map(|&(id, p)| (self.tokenizer.token_text(id), p))
+                    .collect::<BTreeMap<_, _>>(),
+            ));
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! One request's generation: its choices submitted to the core, and their token events turned
+//! into text deltas with stop strings applied. Completions and chat share it; each only shapes
+//! the updates into its own response format.
+
+use super::params::GenerationParams;
+use crate::core::{NewSeq, SeqEvent};
+use crate::instance::{InFlight, Instance};
+use crate::sampling::StopParams;
+use crate::sched::SeqId;
+use crate::tokenizer::IncrementalDecoder;
+use futures::stream::{SelectAll, StreamExt};
+use std::sync::Arc;
+use switchyard_protocol::openai::{ApiError, FinishReason, StopReason, Usage};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+/// A generated token with its log-probabilities.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprobs {
+    /// The token.
+    pub token: u32,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// The most likely alternatives.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// News about one choice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChoiceUpdate {
+    /// Choice index.
+    pub index: u32,
+    /// New text.
+    pub text: String,
+    /// Log-probabilities of the new tokens (when asked for).
+    pub logprobs: Vec<TokenLogprobs>,
+    /// Set on the choice's last update.
+    pub finish: Option<(FinishReason, Option<StopReason>)>,
+}
+
+struct ChoiceState {
+    seq: SeqId,
+    prompt: usize,
+    decoder: IncrementalDecoder,
+    held: String,
+    tokens: usize,
+    cached_tokens: usize,
+    done: bool,
+}
+
+type Tagged = futures::stream::Map<
+    UnboundedReceiverStream<SeqEvent>,
+    Box<dyn FnMut(SeqEvent) -> (usize, SeqEvent) + Send>,
+>;
+
+/// A request's choices in flight.
+pub struct Generation {
+    instance: Arc<Instance>,
+    events: SelectAll<Tagged>,
+    choices: Vec<ChoiceState>,
+    prompt_lens: Vec<usize>,
+    stop_strings: Vec<String>,
+    hold_chars: usize,
+    include_stop: bool,
+    want_logprobs: bool,
+    _in_flight: InFlight,
+}
+
+impl Generation {
+    /// Submits `n` choices for each prompt; on refusal, whatever was submitted is aborted.
+    pub async fn start(
+        instance: &Arc<Instance>,
+        request_id: &str,
+        prompts: Vec<(Vec<u32>, u32)>,
+        params: &GenerationParams,
+    ) -> Result<Generation, ApiError> {
+        let mut generation = Generation {
+            instance: instance.clone(),
+            events: SelectAll::new(),
+            choices: Vec::new(),
+            prompt_lens: prompts.iter().map(|p| p.0.len()).collect(),
+            hold_chars: params
+                .stop_strings
+                .iter()
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(1)
+                - 1,
+            stop_strings: params.stop_strings.clone(),
+            include_stop: params.include_stop_str,
+            want_logprobs: params.sampling.logprobs.is_some(),
+            _in_flight: instance.track(),
+        };
+        for (p, (prompt, max_tokens)) in prompts.into_iter().enumerate() {
+            for i in 0..params.n {
+                let mut sampling = params.sampling.clone();
+                sampling.seed = sampling.seed.wrapping_add(i as u64);
+                let (sender, receiver) = mpsc::unbounded_channel();
+                let decoder = IncrementalDecoder::new(&prompt, params.skip_special_tokens);
+                let seq = instance
+                    .add(
+                        NewSeq {
+                            request_id: request_id.to_string(),
+                            prompt: prompt.clone(),
+                            sampling,
+                            stop: StopParams {
+                                max_tokens,
+                                ..params.stop.clone()
+                            },
+                            priority: params.priority,
+                        },
+                        sender,
+                    )
+                    .await
+                    .map_err(|e| {
+                        ApiError::rate_limited(format!("The engine is overloaded: {e}."), 1)
+                    })?;
+                let index = generation.choices.len();
+                generation.choices.push(ChoiceState {
+                    seq,
+                    prompt: p,
+                    decoder,
+                    held: String::new(),
+                    tokens: 0,
+                    cached_tokens: 0,
+                    done: false,
+                });
+                let tag: Box<dyn FnMut(SeqEvent) -> (usize, SeqEvent) + Send> =
+                    Box::new(move |e| (index, e));
+                generation
+                    .events
+                    .push(UnboundedReceiverStream::new(receiver).map(tag));
+            }
+        }
+        Ok(generation)
+    }
+
+    /// Number of choices.
+    pub fn num_choices(&self) -> usize {
+        self.choices.len()
+    }
+
+    /// The next update with news, or `None` once every choice has finished.
+    pub async fn next(&mut self) -> Option<ChoiceUpdate> {
+        loop {
+            if self.choices.iter().all(|c| c.done) {
+                return None;
+            }
+            let Some((index, event)) = self.events.next().await else {
+                // The core went away: end the unfinished choices with an error.
+                let index = self.choices.iter().position(|c| !c.done)?;
+                self.choices[index].done = true;
+                return Some(ChoiceUpdate {
+                    index: index as u32,
+                    text: String::new(),
+                    logprobs: Vec::new(),
+                    finish: Some((FinishReason::Error, None)),
+                });
+            };
+            if let Some(update) = self.apply(index, event) {
+                return Some(update);
+            }
+        }
+    }
+
+    fn apply(&mut self, index: usize, event: SeqEvent) -> Option<ChoiceUpdate> {
+        let tokenizer = self.instance.tokenizer.clone();
+        let choice = &mut self.choices[index];
+        if choice.done {
+            if let SeqEvent::Finished(f) = event {
+                choice.cached_tokens = f.cached_tokens;
+            }
+            return None;
+        }
+        let mut update = ChoiceUpdate {
+            index: index as u32,
+            text: String::new(),
+            logprobs: Vec::new(),
+            finish: None,
+        };
+        match event {
+            SeqEvent::Token(_, sampled) => {
+                choice.tokens += 1;
+                if self.want_logprobs {
+                    update.logprobs.push(TokenLogprobs {
+                        token: sampled.token,
+                        logprob: sampled.logprob.unwrap_or(0.0),
+                        top: sampled.top,
+                    });
+                }
+                let delta = choice.decoder.push(&tokenizer, sampled.token);
+                choice.held.push_str(&delta);
+                if let Some((end, stop)) =
+                    find_stop(&choice.held, &self.stop_strings, self.include_stop)
+                {
+                    update.text = choice.held[..end].to_string();
+                    choice.held.clear();
+                    choice.done = true;
+                    update.finish = Some((FinishReason::Stop, Some(StopReason::Text(stop))));
+                    self.instance.abort(choice.seq, FinishReason::Stop);
+                } else {
+                    let keep_from = split_keeping_chars(&choice.held, self.hold_chars);
+                    update.text = choice.held[..keep_from].to_string();
+                    choice.held.drain(..keep_from);
+                }
+            }
+            SeqEvent::Finished(f) => {
+                choice.done = true;
+                choice.cached_tokens = f.cached_tokens;
+                update.text = std::mem::take(&mut choice.held);
+                update.finish = Some((f.reason, f.stop_token.map(StopReason::Token)));
+            }
+        }
+        let news =
+            !update.text.is_empty() || update.finish.is_some() || !update.logprobs.is_empty();
+        news.then_some(update)
+    }
+
+    /// Token counts so far (prompts once each, all choices' output).
+    pub fn usage(&self) -> Usage {
+        let prompt: usize = self.prompt_lens.iter().sum();
+        let completion: usize = self.choices.iter().map(|c| c.tokens).sum();
+        let mut cached = vec![0usize; self.prompt_lens.len()];
+        for c in &self.choices {
+            cached[c.prompt] = cached[c.prompt].max(c.cached_tokens);
+        }
+        Usage::new(
+            prompt as u64,
+            completion as u64,
+            cached.iter().sum::<usize>() as u64,
+        )
+    }
+
+    /// Which prompt a choice belongs to.
+    pub fn prompt_of(&self, index: u32) -> usize {
+        self.choices[index as usize].prompt
+    }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        for c in self.choices.iter().filter(|c| !c.done) {
+            self.instance.abort(c.seq, FinishReason::Abort);
+        }
+    }
+}
+
+/// The earliest stop string in `text`: where the emitted text ends, and the stop string.
+fn find_stop(text: &str, stops: &[String], include: bool) -> Option<(usize, String)> {
+    stops
+        .iter()
+        .filter_map(|s| text.find(s.as_str()).map(|at| (at, s)))
+        .min_by_key(|(at, _)| *at)
+        .map(|(at, s)| (if include { at + s.len() } else { at }, s.clone()))
+}
+
+/// Byte index before the last `keep` characters of `text`.
+fn split_keeping_chars(text: &str, keep: usize) -> usize {
+    if keep == 0 {
+        return text.len();
+    }
+    text.char_indices()
+        .rev()
+        .nth(keep - 1)
+        .map_or(0, |(i, _)| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_search_and_hold_back() {
+        let stops = vec!["END".to_string(), "x".to_string()];
+        assert_eq!(find_stop("abcENDx", &stops, false), Some((3, "END".into())));
+        assert_eq!(find_stop("abcENDx", &stops, true), Some((6, "END".into())));
+        assert_eq!(find_stop("abc", &stops, false), None);
+        assert_eq!(split_keeping_chars("héllo", 2), 4);
+        assert_eq!(split_keeping_chars("hi", 5), 0);
+        assert_eq!(split_keeping_chars("hi", 0), 2);
+    }
+}

@@ -1,0 +1,193 @@
+//! The engine's HTTP server: the OpenAI API, vLLM's extras, health, metrics, and the state and
+//! KV event streams the scheduler subscribes to.
+
+mod chat;
+mod completions;
+pub mod errors;
+mod generation;
+mod params;
+mod streams;
+
+use crate::instance::Instance;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use errors::{BodyLimit, HttpError, OpenAiJson};
+use futures::{Stream, StreamExt};
+use std::sync::Arc;
+use switchyard_protocol::openai::*;
+
+/// Longest `x-request-id` accepted.
+const MAX_REQUEST_ID_LEN: usize = 256;
+
+/// The routes of one engine instance.
+pub fn router(instance: Arc<Instance>) -> Router {
+    let limit = instance.info.max_body_bytes;
+    Router::new()
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/models", get(models))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/v1/state", get(streams::state))
+        .route("/v1/kv_events", get(streams::kv_events))
+        .route("/reset_prefix_cache", post(reset_prefix_cache))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn(request_id))
+        .layer(axum::Extension(BodyLimit(limit)))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(instance)
+}
+
+/// The request id of a request: its valid `x-request-id`, or a generated one.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestId {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<RequestId>()
+            .cloned()
+            .ok_or_else(|| HttpError(ApiError::internal("request id middleware missing")))
+    }
+}
+
+/// Honours a valid `x-request-id` or makes one, and echoes it on the response.
+async fn request_id(mut req: Request, next: Next) -> Response {
+    let id = match req.headers().get("x-request-id") {
+        None => format!("{:032x}", rand::random::<u128>()),
+        Some(value) => match value.to_str() {
+            Ok(s) if !s.is_empty() && s.len() <= MAX_REQUEST_ID_LEN && s.bytes().all(|b| b.is_ascii_graphic()) => {
+                s.to_string()
+            }
+            _ => {
+                return HttpError(ApiError::invalid_request(format!(
+                    "`x-request-id` must be 1 to {MAX_REQUEST_ID_LEN} printable ASCII characters without spaces."
+                )))
+                .into_response()
+            }
+        },
+    };
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let mut response = next.run(req).await;
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-request-id", value);
+    }
+    response
+}
+
+/// Checks the requested model; returns the served name.
+fn check_model(instance: &Instance, model: Option<&str>) -> Result<String, ApiError> {
+    let served = &instance.info.model_name;
+    match model {
+        None => Ok(served.clone()),
+        Some(m) if m == served => Ok(served.clone()),
+        Some(m) => Err(ApiError::model_not_found(m)),
+    }
+}
+
+/// Unix seconds now, for `created`.
+fn unix_seconds() -> u64 {
+    crate::instance::unix_now() as u64
+}
+
+/// An SSE response of JSON payloads, ended by `[DONE]`.
+fn sse_response(payloads: impl Stream<Item = String> + Send + 'static) -> Response {
+    let events = payloads
+        .chain(futures::stream::once(async { "[DONE]".to_string() }))
+        .map(|data| Ok::<_, std::convert::Infallible>(Event::default().data(data)));
+    Sse::new(events).into_response()
+}
+
+async fn not_found(req: Request) -> HttpError {
+    HttpError(ApiError::not_found(format!(
+        "No route for {} {}.",
+        req.method(),
+        req.uri().path()
+    )))
+}
+
+async fn health(State(instance): State<Arc<Instance>>) -> StatusCode {
+    if instance.is_draining() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    }
+}
+
+async fn models(State(instance): State<Arc<Instance>>) -> Json<ModelList> {
+    Json(ModelList {
+        object: "list".into(),
+        data: vec![ModelCard {
+            id: instance.info.model_name.clone(),
+            object: "model".into(),
+            created: unix_seconds(),
+            owned_by: "switchyard".into(),
+            max_model_len: Some(instance.info.max_model_len as u64),
+        }],
+    })
+}
+
+async fn metrics(State(instance): State<Arc<Instance>>) -> impl IntoResponse {
+    (
+        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+        instance.metrics.render(),
+    )
+}
+
+async fn tokenize(
+    State(instance): State<Arc<Instance>>,
+    OpenAiJson(req): OpenAiJson<TokenizeRequest>,
+) -> Result<Json<TokenizeResponse>, HttpError> {
+    check_model(&instance, req.model.as_deref())?;
+    let tokens = match (req.prompt, req.messages) {
+        (Some(prompt), None) => instance
+            .tokenizer
+            .encode(&prompt, req.add_special_tokens.unwrap_or(true))
+            .map_err(|e| ApiError::invalid_param("prompt", e.to_string()))?,
+        (None, Some(messages)) => chat::chat_prompt(
+            &instance,
+            &messages,
+            req.add_generation_prompt.unwrap_or(true),
+            None,
+            Default::default(),
+        )?,
+        _ => {
+            return Err(
+                ApiError::invalid_request("Give exactly one of `prompt` and `messages`.").into(),
+            )
+        }
+    };
+    Ok(Json(TokenizeResponse {
+        count: tokens.len() as u64,
+        max_model_len: instance.info.max_model_len as u64,
+        tokens,
+    }))
+}
+
+async fn detokenize(
+    State(instance): State<Arc<Instance>>,
+    OpenAiJson(req): OpenAiJson<DetokenizeRequest>,
+) -> Result<Json<DetokenizeResponse>, HttpError> {
+    check_model(&instance, req.model.as_deref())?;
+    let ids = params::token_prompt(&req.tokens, instance.tokenizer.vocab_size())
+        .map_err(|e| e.with_param("tokens"))?;
+    Ok(Json(DetokenizeResponse {
+        prompt: instance.tokenizer.decode(&ids, false),
+    }))
+}
+
+async fn reset_prefix_cache(State(instance): State<Arc<Instance>>) -> StatusCode {
+    instance.reset_prefix_cache();
+    StatusCode::OK
+}
