@@ -96,8 +96,10 @@ pub enum SeqEvent {
 /// Counts and latencies of one step, for metrics.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepStats {
-    /// Prompt tokens computed.
+    /// Prompt tokens of the sequences whose prefill completed (cached ones included).
     pub prompt_tokens: usize,
+    /// Prompt tokens computed in the step (cache hits excluded).
+    pub computed_prompt_tokens: usize,
     /// Tokens generated.
     pub generation_tokens: usize,
     /// Sequences preempted while planning the step.
@@ -302,7 +304,7 @@ impl EngineCore {
             };
             let before = seq.num_computed;
             seq.num_computed += n;
-            stats.prompt_tokens += seq.prompt_len.saturating_sub(before).min(n);
+            stats.computed_prompt_tokens += seq.prompt_len.saturating_sub(before).min(n);
             sample_info.context_tokens += seq.num_computed as u64;
             if before >= seq.prompt_len {
                 sample_info.decode_batch += 1;
@@ -327,7 +329,10 @@ impl EngineCore {
             stats.generation_tokens += 1;
             let first = seq.times.first_token.is_none();
             match seq.times.last_token {
-                None => stats.ttfts.push(end - seq.times.arrival),
+                None => {
+                    stats.ttfts.push(end - seq.times.arrival);
+                    stats.prompt_tokens += seq.prompt_len;
+                }
                 Some(last) => stats.itls.push(end - last),
             }
             seq.times.first_token.get_or_insert(end);

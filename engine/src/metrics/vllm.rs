@@ -225,7 +225,7 @@ impl Dialect for Vllm {
         self.preemptions.inc_by(s.preemptions as f64);
         self.prefix_queries.inc_by(s.prefix_queries as f64);
         self.prefix_hits.inc_by(s.prefix_hits as f64);
-        let tokens = s.prompt_tokens + s.generation_tokens;
+        let tokens = s.computed_prompt_tokens + s.generation_tokens;
         if tokens > 0 {
             self.iteration_tokens.observe(tokens as f64);
         }

@@ -1,0 +1,521 @@
+//! The engine's HTTP API over real HTTP on loopback: response shapes, usage, errors, metrics,
+//! streams and client disconnects.
+
+use clap::Parser;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use switchyard_engine::config::EngineArgs;
+use switchyard_engine::instance::Instance;
+
+#[derive(Parser)]
+struct Flags {
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+struct Engine {
+    base: String,
+    client: reqwest::Client,
+    _instance: Arc<Instance>,
+}
+
+async fn start(extra: &[&str]) -> Engine {
+    let mut argv = vec![
+        "engine",
+        "--num-kv-blocks",
+        "512",
+        "--max-model-len",
+        "512",
+        "--max-body-bytes",
+        "65536",
+    ];
+    if !extra.contains(&"--sim-time-scale") {
+        argv.extend_from_slice(&["--sim-time-scale", "1000"]);
+    }
+    argv.extend_from_slice(extra);
+    let args = Flags::parse_from(argv).engine;
+    let part = args.build().unwrap().remove(0);
+    let instance = Instance::start(part);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let serving = instance.clone();
+    tokio::spawn(async move {
+        let _keep = _tx;
+        switchyard_engine::launcher::serve(listener, serving, rx).await
+    });
+    Engine {
+        base,
+        client: reqwest::Client::new(),
+        _instance: instance,
+    }
+}
+
+impl Engine {
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn post_raw(&self, path: &str, body: Vec<u8>) -> (u16, Value) {
+        let r = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn stream(&self, path: &str, body: Value) -> Vec<String> {
+        let text = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: "))
+            .map(str::to_string)
+            .collect()
+    }
+
+    async fn metrics(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+#[tokio::test]
+async fn completion_shape_and_usage() {
+    let e = start(&[]).await;
+    let (status, body) = e
+        .post("/v1/completions", json!({"model": "qwen3-0.6b", "prompt": "Hello there", "max_tokens": 7, "ignore_eos": true}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["object"], "text_completion");
+    assert!(body["id"].as_str().unwrap().starts_with("cmpl-"));
+    assert_eq!(body["choices"][0]["finish_reason"], "length");
+    assert!(!body["choices"][0]["text"].as_str().unwrap().is_empty());
+    let usage = &body["usage"];
+    assert_eq!(usage["completion_tokens"], 7);
+    assert_eq!(
+        usage["total_tokens"],
+        usage["prompt_tokens"].as_u64().unwrap() + 7
+    );
+    assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 0);
+
+    let (_, batch) = e
+        .post("/v1/completions", json!({"prompt": [[1, 2, 3], [4, 5]], "max_tokens": 3, "n": 2, "ignore_eos": true, "logprobs": 2}))
+        .await;
+    let choices = batch["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 4);
+    assert_eq!(batch["usage"]["prompt_tokens"], 5);
+    assert_eq!(batch["usage"]["completion_tokens"], 12);
+    let lp = &choices[0]["logprobs"];
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), 3);
+    assert_eq!(lp["top_logprobs"][0].as_object().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn chat_stream_shape_and_usage_chunk() {
+    let e = start(&[]).await;
+    let events = e
+        .stream(
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "ignore_eos": true, "temperature": 0,
+                   "stream": true, "stream_options": {"include_usage": true}}),
+        )
+        .await;
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|c| serde_json::from_str(c).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert!(chunks
+        .iter()
+        .all(|c| c["object"] == "chat.completion.chunk"));
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert!(!text.is_empty());
+    let finish: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| !c["choices"][0]["finish_reason"].is_null())
+        .collect();
+    assert_eq!(finish.len(), 1);
+    assert_eq!(finish[0]["choices"][0]["finish_reason"], "length");
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["choices"].as_array().unwrap().len(), 0);
+    assert_eq!(usage["usage"]["completion_tokens"], 5);
+
+    let (_, whole) = e
+        .post("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "ignore_eos": true, "temperature": 0}))
+        .await;
+    assert_eq!(whole["object"], "chat.completion");
+    assert_eq!(whole["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(
+        whole["choices"][0]["message"]["content"].as_str().unwrap(),
+        text,
+        "greedy stream equals greedy whole"
+    );
+    assert_eq!(
+        whole["usage"]["prompt_tokens_details"]["cached_tokens"], 0,
+        "a prompt under one block has nothing to reuse"
+    );
+}
+
+#[tokio::test]
+async fn stop_strings_and_stop_tokens_end_choices() {
+    let e = start(&[]).await;
+    let req =
+        json!({"prompt": [10, 20, 30], "max_tokens": 12, "ignore_eos": true, "temperature": 0});
+    let (_, base) = e.post("/v1/completions", req.clone()).await;
+    let text = base["choices"][0]["text"].as_str().unwrap().to_string();
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let stop = words[2];
+    let mut with_stop = req.clone();
+    with_stop["stop"] = json!([stop]);
+    let (_, stopped) = e.post("/v1/completions", with_stop).await;
+    let cut = stopped["choices"][0]["text"].as_str().unwrap();
+    assert_eq!(cut, &text[..text.find(stop).unwrap()]);
+    assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
+    assert_eq!(stopped["choices"][0]["stop_reason"], stop);
+
+    let (_, tokenized) = e.post("/tokenize", json!({"prompt": text})).await;
+    let ids = tokenized["tokens"].as_array().unwrap();
+    assert_eq!(tokenized["count"].as_u64().unwrap() as usize, ids.len());
+    let (_, round) = e.post("/detokenize", json!({"tokens": ids})).await;
+    assert_eq!(round["prompt"], text);
+}
+
+#[tokio::test]
+async fn bad_input_gets_openai_errors() {
+    let e = start(&[]).await;
+    let long_prompt: Vec<u32> = vec![5; 600];
+    let cases: Vec<(&str, Value, u16, &str)> = vec![
+        (
+            "/v1/completions",
+            json!({"model": "nope", "prompt": "x"}),
+            404,
+            "model",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "qwen3-0.6b"}),
+            400,
+            "",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": []}),
+            400,
+            "messages",
+        ),
+        ("/v1/chat/completions", json!({"messages": "hi"}), 400, ""),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "max_tokens": -1}),
+            400,
+            "max_tokens",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "max_tokens": "ten"}),
+            400,
+            "",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "temperature": 5}),
+            400,
+            "temperature",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "top_p": 0}),
+            400,
+            "top_p",
+        ),
+        ("/v1/completions", json!({"prompt": "x", "n": 0}), 400, "n"),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "stop": [""]}),
+            400,
+            "stop",
+        ),
+        ("/v1/completions", json!({"prompt": [1, -2]}), 400, "prompt"),
+        (
+            "/v1/completions",
+            json!({"prompt": [999999]}),
+            400,
+            "prompt",
+        ),
+        ("/v1/completions", json!({"prompt": ""}), 400, "prompt"),
+        (
+            "/v1/completions",
+            json!({"prompt": long_prompt}),
+            400,
+            "prompt",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": [1, 2], "max_tokens": 511}),
+            400,
+            "max_tokens",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "min_tokens": 5, "max_tokens": 2}),
+            400,
+            "min_tokens",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "robot", "content": "x"}]}),
+            400,
+            "messages",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}),
+            400,
+            "top_logprobs",
+        ),
+    ];
+    for (path, body, status, param) in cases {
+        let (got, err) = e.post(path, body.clone()).await;
+        assert_eq!(got, status, "{path} {body} -> {err}");
+        assert!(
+            err["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{err}"
+        );
+        assert!(err["error"]["type"].is_string(), "{err}");
+        if !param.is_empty() {
+            assert_eq!(err["error"]["param"], param, "{body}");
+        }
+    }
+    let (status, err) = e
+        .post_raw("/v1/completions", b"{\"prompt\": ".to_vec())
+        .await;
+    assert_eq!(
+        (status, err["error"]["type"].as_str()),
+        (400, Some("invalid_request_error"))
+    );
+    let (status, _) = e
+        .post_raw("/v1/completions", b"{\"prompt\": \"\xff\xfe\"}".to_vec())
+        .await;
+    assert_eq!(status, 400);
+    let big = format!("{{\"prompt\": \"{}\"}}", "a".repeat(70_000));
+    let (status, err) = e.post_raw("/v1/completions", big.into_bytes()).await;
+    assert_eq!(status, 413, "{err}");
+    let r = e
+        .client
+        .get(format!("{}/v1/nothing", e.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    let r = e
+        .client
+        .post(format!("{}/v1/completions", e.base))
+        .header("x-request-id", "bad id")
+        .json(&json!({"prompt": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let metrics = e.metrics().await;
+    assert_eq!(
+        metric(&metrics, "vllm:request_success_total"),
+        0.0,
+        "bad input changes no state"
+    );
+}
+
+#[tokio::test]
+async fn full_queue_answers_429_with_retry_after() {
+    let e = start(&["--max-waiting-requests", "0"]).await;
+    let r = e
+        .client
+        .post(format!("{}/v1/completions", e.base))
+        .json(&json!({"prompt": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    assert_eq!(r.headers()["retry-after"], "1");
+}
+
+#[tokio::test]
+async fn metrics_count_what_was_sent_and_prefix_hits() {
+    let e = start(&[]).await;
+    let prompt: Vec<u32> = (1..=40).collect();
+    for _ in 0..3 {
+        let (s, _) = e
+            .post(
+                "/v1/completions",
+                json!({"prompt": prompt, "max_tokens": 4, "ignore_eos": true}),
+            )
+            .await;
+        assert_eq!(s, 200);
+    }
+    let (_, last) = e
+        .post(
+            "/v1/completions",
+            json!({"prompt": prompt, "max_tokens": 4, "ignore_eos": true}),
+        )
+        .await;
+    assert_eq!(
+        last["usage"]["prompt_tokens_details"]["cached_tokens"], 32,
+        "two full blocks of 16 (the last token is always computed)"
+    );
+    let m = e.metrics().await;
+    assert_eq!(metric(&m, "vllm:request_success_total"), 4.0);
+    assert_eq!(metric(&m, "vllm:generation_tokens_total"), 16.0);
+    assert_eq!(metric(&m, "vllm:prompt_tokens_total"), 160.0);
+    assert_eq!(metric(&m, "vllm:prefix_cache_queries_total"), 160.0);
+    assert_eq!(metric(&m, "vllm:prefix_cache_hits_total"), 96.0);
+    assert_eq!(metric(&m, "vllm:e2e_request_latency_seconds_count"), 4.0);
+    assert_eq!(metric(&m, "vllm:time_to_first_token_seconds_count"), 4.0);
+    assert_eq!(metric(&m, "vllm:inter_token_latency_seconds_count"), 12.0);
+    assert_eq!(metric(&m, "vllm:num_requests_running"), 0.0);
+    assert!(m.contains("vllm:cache_config_info{block_size=\"16\""));
+}
+
+#[tokio::test]
+async fn every_dialect_passes_promtool() {
+    let e = start(&["--metrics-dialect", "vllm,fastdeploy,mindie"]).await;
+    e.post(
+        "/v1/completions",
+        json!({"prompt": "hello", "max_tokens": 3}),
+    )
+    .await;
+    let m = e.metrics().await;
+    for name in [
+        "vllm:num_requests_running",
+        "fastdeploy:gpu_cache_usage_perc",
+        "npu_cache_usage_perc",
+        "fastdeploy:requests_number_total",
+        "request_received_total",
+    ] {
+        assert!(m.contains(name), "{name} missing");
+    }
+    let Ok(mut child) = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    else {
+        eprintln!("promtool is not installed; .ci/run installs it");
+        assert!(std::env::var("CI").is_err(), "CI must have promtool");
+        return;
+    };
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(m.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "promtool: {report}");
+}
+
+#[tokio::test]
+async fn client_disconnect_aborts_and_frees_the_request() {
+    let e = start(&["--sim-time-scale", "1"]).await;
+    let mut response = e
+        .client
+        .post(format!("{}/v1/completions", e.base))
+        .json(&json!({"prompt": "go on", "max_tokens": 400, "ignore_eos": true, "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    response.chunk().await.unwrap();
+    drop(response);
+    let mut aborted = 0.0;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let m = e.metrics().await;
+        aborted = m
+            .lines()
+            .filter(|l| {
+                l.starts_with("vllm:request_success_total{")
+                    && l.contains("finished_reason=\"abort\"")
+            })
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum();
+        if aborted == 1.0 {
+            assert_eq!(metric(&m, "vllm:num_requests_running"), 0.0);
+            assert_eq!(metric(&m, "vllm:kv_cache_usage_perc"), 0.0);
+            break;
+        }
+    }
+    assert_eq!(aborted, 1.0);
+}
+
+#[tokio::test]
+async fn state_and_kv_event_streams() {
+    let e = start(&[]).await;
+    let mut kv = e
+        .client
+        .get(format!("{}/v1/kv_events", e.base))
+        .send()
+        .await
+        .unwrap();
+    let first = String::from_utf8(kv.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+    assert!(first.contains("\"message\":\"snapshot\""), "{first}");
+    let mut state = e
+        .client
+        .get(format!("{}/v1/state", e.base))
+        .send()
+        .await
+        .unwrap();
+    let prompt: Vec<u32> = (1..=40).collect();
+    e.post(
+        "/v1/completions",
+        json!({"prompt": prompt, "max_tokens": 2, "ignore_eos": true}),
+    )
+    .await;
+    let events = String::from_utf8(kv.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+    assert!(events.contains("\"type\":\"stored\""), "{events}");
+    let mut seen_admitted = false;
+    for _ in 0..20 {
+        let chunk = String::from_utf8(state.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+        if chunk.contains("\"admitted\":[\"") {
+            seen_admitted = true;
+            break;
+        }
+    }
+    assert!(seen_admitted);
+}
