@@ -260,10 +260,10 @@ impl Driver {
                 Some(modeled) => {
                     let wall = Duration::from_secs_f64(modeled / self.time_scale);
                     busy_until = start_instant + wall;
-                    if busy_until > Instant::now() + MIN_SLEEP {
-                        if !self.sleep_until(busy_until, &mut commands).await {
-                            return;
-                        }
+                    if busy_until > Instant::now() + MIN_SLEEP
+                        && !self.sleep_until(busy_until, &mut commands).await
+                    {
+                        return;
                     }
                     start + wall.as_secs_f64()
                 }

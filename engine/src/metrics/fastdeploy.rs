@@ -2,7 +2,7 @@
 
 use super::buckets::*;
 use super::families::*;
-use super::{Dialect, EngineInfo, Phases};
+use super::{observe_some, Dialect, EngineInfo, Phases};
 use crate::core::{Finished, StepStats};
 use prometheus::{Counter, Gauge, Histogram, Registry};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -320,11 +320,11 @@ impl Dialect for FastDeploy {
         }
         let p = Phases::of(f);
         self.e2e.observe(p.e2e);
-        p.queue.map(|v| self.queue.observe(v));
-        p.prefill.map(|v| self.prefill.observe(v));
-        p.decode.map(|v| self.decode.observe(v));
-        p.inference.map(|v| self.inference.observe(v));
-        p.per_output_token.map(|v| self.tpot.observe(v));
+        observe_some(&self.queue, p.queue);
+        observe_some(&self.prefill, p.prefill);
+        observe_some(&self.decode, p.decode);
+        observe_some(&self.inference, p.inference);
+        observe_some(&self.tpot, p.per_output_token);
         self.prompt_len.observe(f.prompt_tokens as f64);
         self.generation_len.observe(f.output_tokens as f64);
         self.max_tokens.observe(f.max_tokens as f64);

@@ -2,7 +2,7 @@
 
 use super::buckets::*;
 use super::families::*;
-use super::{Dialect, EngineInfo, Phases};
+use super::{observe_some, Dialect, EngineInfo, Phases};
 use crate::core::{Finished, StepStats};
 use prometheus::{Counter, Gauge, Histogram, Registry};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -174,7 +174,7 @@ impl Dialect for MindIe {
         self.failed_perc.set(self.failed.get() / done);
         let p = Phases::of(f);
         self.e2e.observe(p.e2e);
-        p.per_output_token.map(|v| self.tpot.observe(v));
+        observe_some(&self.tpot, p.per_output_token);
         self.prompt_len.observe(f.prompt_tokens as f64);
         self.generation_len.observe(f.output_tokens as f64);
     }

@@ -146,6 +146,13 @@ impl EngineMetrics {
     }
 }
 
+/// Observes `value` when the request reached that phase.
+fn observe_some(histogram: &prometheus::Histogram, value: Option<f64>) {
+    if let Some(v) = value {
+        histogram.observe(v);
+    }
+}
+
 /// Request phases in seconds, where the request reached them.
 struct Phases {
     queue: Option<f64>,

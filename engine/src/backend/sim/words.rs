@@ -54,7 +54,7 @@ impl SimVocabulary {
             scores.push(score);
         }
         ids.push(self.eos);
-        scores.push(if (mixed >> 32) % EOS_ONE_IN == 0 {
+        scores.push(if (mixed >> 32).is_multiple_of(EOS_ONE_IN) {
             4.0
         } else {
             -2.0
