@@ -153,7 +153,8 @@ impl EngineArgs {
         }
         let tokenizer = builtin_tokenizer();
         let chat_template = Arc::new(ChatTemplate::new(CHATML_TEMPLATE)?);
-        let vocabulary = SimVocabulary::from_tokenizer(&tokenizer);
+        let vocabulary =
+            SimVocabulary::from_tokenizer(&tokenizer, crate::tokenizer::BUILTIN_CORPUS);
         let trace_log = match &self.trace_log {
             Some(path) => Some(
                 TraceLog::open(path)

@@ -31,7 +31,7 @@ fn backend() -> SimBackend {
             GpuProfile::by_name("h100").unwrap(),
             ModelShape::preset("qwen3-0.6b").unwrap(),
         ),
-        SimVocabulary::from_tokenizer(&tok),
+        SimVocabulary::from_tokenizer(&tok, switchyard_engine::tokenizer::BUILTIN_CORPUS),
     )
 }
 

@@ -11,7 +11,8 @@ use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::{AddedToken, TokenizerBuilder};
 use tokenizers::{DecoderWrapper, NormalizerWrapper, PostProcessorWrapper, PreTokenizerWrapper};
 
-const CORPUS: &str = include_str!("../../assets/corpus.txt");
+/// The text the built-in tokenizer is trained on.
+pub const CORPUS: &str = include_str!("../../assets/corpus.txt");
 const VOCAB_SIZE: usize = 2048;
 
 /// End of text; also the padding token.

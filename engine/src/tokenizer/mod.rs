@@ -4,7 +4,7 @@
 mod builtin;
 mod incremental;
 
-pub use builtin::builtin_tokenizer;
+pub use builtin::{builtin_tokenizer, CORPUS as BUILTIN_CORPUS};
 pub use incremental::IncrementalDecoder;
 
 use rustc_hash::FxHashSet;

@@ -18,14 +18,16 @@ pub struct SimVocabulary {
 }
 
 impl SimVocabulary {
-    /// The tokens of `tokenizer` that decode to a space and a lowercase word.
-    pub fn from_tokenizer(tokenizer: &Tokenizer) -> Self {
+    /// The tokens of `tokenizer` that decode to a space and a whole lowercase word of `corpus`.
+    pub fn from_tokenizer(tokenizer: &Tokenizer, corpus: &str) -> Self {
+        let known: rustc_hash::FxHashSet<&str> = corpus
+            .split(|c: char| !c.is_ascii_alphabetic())
+            .filter(|w| w.len() >= 2 && w.chars().all(|c| c.is_ascii_lowercase()))
+            .collect();
         let words: Vec<u32> = (0..tokenizer.vocab_size() as u32)
             .filter(|&id| {
                 let text = tokenizer.token_text(id);
-                text.len() >= 3
-                    && text.starts_with(' ')
-                    && text[1..].chars().all(|c| c.is_ascii_lowercase())
+                text.strip_prefix(' ').is_some_and(|w| known.contains(w))
             })
             .collect();
         assert!(
@@ -71,7 +73,7 @@ mod tests {
     #[test]
     fn words_are_readable_and_choice_is_deterministic() {
         let tok = builtin_tokenizer();
-        let vocab = SimVocabulary::from_tokenizer(&tok);
+        let vocab = SimVocabulary::from_tokenizer(&tok, crate::tokenizer::BUILTIN_CORPUS);
         assert!(vocab.num_words() > 100, "{}", vocab.num_words());
         let a = vocab.logits(12345);
         assert_eq!(a, vocab.logits(12345));
