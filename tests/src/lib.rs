@@ -1,0 +1,121 @@
+//! Helpers for end-to-end tests: build the `switchyard` binary once, start it as a child process
+//! on free loopback ports, wait until it is healthy, and stop it when the test ends.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Path of the `switchyard` binary, built on first use with the test's profile.
+pub fn binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        escargot::CargoBuild::new()
+            .package("switchyard")
+            .bin("switchyard")
+            .run()
+            .expect("cargo builds the switchyard binary")
+            .path()
+            .to_path_buf()
+    })
+    .clone()
+}
+
+/// A base port with `count` consecutive free ports after it on 127.0.0.1.
+pub fn free_ports(count: u16) -> u16 {
+    for _ in 0..200 {
+        let probe = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let base = probe.local_addr().expect("local addr").port();
+        drop(probe);
+        if base.checked_add(count).is_none() {
+            continue;
+        }
+        if (base..base + count).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no run of {count} free ports");
+}
+
+/// A running `switchyard` process, killed when dropped.
+pub struct Process {
+    /// The child process.
+    pub child: Child,
+    /// First port it serves.
+    pub port: u16,
+}
+
+impl Process {
+    /// Starts `switchyard engine` with `args` (host and port are chosen here) serving
+    /// `instances` instances, and waits until every one answers `/health`.
+    pub async fn engine(instances: u16, args: &[&str]) -> Process {
+        let port = free_ports(instances);
+        let child = Command::new(binary())
+            .arg("engine")
+            .args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--instances",
+                &instances.to_string(),
+            ])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("switchyard starts");
+        let process = Process { child, port };
+        for p in port..port + instances {
+            wait_healthy(&format!("http://127.0.0.1:{p}")).await;
+        }
+        process
+    }
+
+    /// Base URL of instance `i`.
+    pub fn url(&self, i: u16) -> String {
+        format!("http://127.0.0.1:{}", self.port + i)
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits up to 60 s for `GET base/health` to answer 200.
+pub async fn wait_healthy(base: &str) {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(r) = client.get(format!("{base}/health")).send().await {
+            if r.status().is_success() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{base} did not become healthy");
+}
+
+/// Whether Python can import `module`.
+pub fn python_has(module: &str) -> bool {
+    Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}

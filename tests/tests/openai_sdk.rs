@@ -1,0 +1,61 @@
+//! The OpenAI Python SDK against a `switchyard engine` process: chat and completions, streamed
+//! and not, models, and an error.
+
+use std::process::Command;
+use switchyard_tests::{python_has, Process};
+
+const SCRIPT: &str = r#"
+import sys
+from openai import OpenAI, NotFoundError
+c = OpenAI(base_url=sys.argv[1] + "/v1", api_key="unused")
+chat = c.chat.completions.create(model="qwen3-0.6b", messages=[{"role": "user", "content": "Hi"}],
+                                 max_tokens=8, extra_body={"ignore_eos": True})
+assert chat.choices[0].message.content and chat.choices[0].finish_reason == "length", chat
+assert chat.usage.completion_tokens == 8 and chat.usage.prompt_tokens_details.cached_tokens == 0, chat.usage
+parts, usage = [], None
+for chunk in c.chat.completions.create(model="qwen3-0.6b", messages=[{"role": "user", "content": "Hi"}],
+                                       max_tokens=8, stream=True, stream_options={"include_usage": True},
+                                       extra_body={"ignore_eos": True}):
+    if chunk.choices:
+        parts.append(chunk.choices[0].delta.content or "")
+    if chunk.usage:
+        usage = chunk.usage
+assert "".join(parts) and usage.completion_tokens == 8, (parts, usage)
+done = c.completions.create(model="qwen3-0.6b", prompt="Hello", max_tokens=6, n=2, logprobs=2,
+                            extra_body={"ignore_eos": True})
+assert len(done.choices) == 2 and done.usage.completion_tokens == 12, done
+assert len(done.choices[0].logprobs.tokens) == 6
+text = "".join(ch.choices[0].text for ch in c.completions.create(model="qwen3-0.6b", prompt="Hello",
+               max_tokens=6, stream=True, extra_body={"ignore_eos": True}))
+assert text, text
+assert [m.id for m in c.models.list()] == ["qwen3-0.6b"]
+try:
+    c.completions.create(model="nope", prompt="x")
+    raise SystemExit("expected a 404")
+except NotFoundError as e:
+    assert e.body["code"] == "model_not_found", e.body
+print("ok")
+"#;
+
+#[tokio::test]
+async fn the_openai_python_sdk_works() {
+    if !python_has("openai") {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI installs the openai package"
+        );
+        eprintln!("skipped: pip install openai");
+        return;
+    }
+    let engine = Process::engine(1, &["--sim-time-scale", "100"]).await;
+    let out = Command::new("python3")
+        .args(["-c", SCRIPT, &engine.url(0)])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
