@@ -258,3 +258,50 @@ fn status_reports_queue_and_kv_state() {
         "admitted ids are reported once"
     );
 }
+
+#[test]
+fn stop_token_ids_end_a_sequence_but_not_before_min_tokens() {
+    let prompt: Vec<u32> = (0..12).collect();
+    let mut free = EngineCore::new(config(100, 64));
+    let id = free.add(seq("free", prompt.clone(), 20), 0.0).unwrap();
+    let reference = run(&mut free, &mut backend(), 100).0.remove(&id).unwrap();
+    let stop_token = reference[2];
+    let first_stop = reference.iter().position(|&t| t == stop_token).unwrap();
+
+    let mut stopped = EngineCore::new(config(100, 64));
+    let mut s = seq("stop", prompt.clone(), 20);
+    s.stop.stop_token_ids = vec![stop_token];
+    let id = stopped.add(s, 0.0).unwrap();
+    let (tokens, reports) = run(&mut stopped, &mut backend(), 100);
+    assert_eq!(tokens[&id], reference[..=first_stop]);
+    let finished = reports
+        .iter()
+        .flat_map(|r| &r.events)
+        .find_map(|e| match e {
+            SeqEvent::Finished(f) => Some(f.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        (finished.reason, finished.stop_token),
+        (FinishReason::Stop, Some(stop_token))
+    );
+
+    let mut held = EngineCore::new(config(100, 64));
+    let mut s = seq("min", prompt, 20);
+    s.stop.stop_token_ids = vec![stop_token];
+    s.stop.min_tokens = 10;
+    let id = held.add(s, 0.0).unwrap();
+    let tokens = run(&mut held, &mut backend(), 100).0.remove(&id).unwrap();
+    assert!(
+        tokens.len() >= 10,
+        "min_tokens holds the stop back: {} tokens",
+        tokens.len()
+    );
+    let later_stop = reference
+        .iter()
+        .skip(9)
+        .position(|&t| t == stop_token)
+        .map(|p| p + 10);
+    assert_eq!(tokens.len(), later_stop.unwrap_or(20));
+}

@@ -493,6 +493,37 @@ async fn client_disconnect_aborts_and_frees_the_request() {
 }
 
 #[tokio::test]
+async fn a_non_streamed_request_is_aborted_when_its_client_leaves() {
+    let e = start(&["--sim-time-scale", "1"]).await;
+    let gone = e
+        .client
+        .post(format!("{}/v1/completions", e.base))
+        .timeout(Duration::from_millis(300))
+        .json(&json!({"prompt": "go on", "max_tokens": 400, "ignore_eos": true}))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client gives up first");
+    let mut aborted = 0.0;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let m = e.metrics().await;
+        aborted = m
+            .lines()
+            .filter(|l| {
+                l.starts_with("vllm:request_success_total{")
+                    && l.contains("finished_reason=\"abort\"")
+            })
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum();
+        if aborted == 1.0 {
+            assert_eq!(metric(&m, "vllm:num_requests_running"), 0.0);
+            break;
+        }
+    }
+    assert_eq!(aborted, 1.0);
+}
+
+#[tokio::test]
 async fn state_and_kv_event_streams() {
     let e = start(&[]).await;
     let mut kv = e
