@@ -137,6 +137,7 @@ impl Instance {
             routes: FxHashMap::default(),
             status,
             kv,
+            dirty: false,
         };
         tokio::spawn(driver.run(receiver));
         instance
@@ -227,6 +228,8 @@ struct Driver {
     routes: FxHashMap<SeqId, mpsc::UnboundedSender<SeqEvent>>,
     status: broadcast::Sender<Arc<EngineStatus>>,
     kv: broadcast::Sender<Arc<Vec<KvEvent>>>,
+    /// Whether a command changed the core since the last published status.
+    dirty: bool,
 }
 
 impl Driver {
@@ -238,7 +241,7 @@ impl Driver {
                 self.handle(cmd);
             }
             if !self.core.has_work() {
-                self.publish(Vec::new());
+                self.publish_if_changed();
                 match commands.recv().await {
                     Some(cmd) => self.handle(cmd),
                     None => return,
@@ -248,7 +251,7 @@ impl Driver {
             let start_instant = Instant::now().max(busy_until);
             let start = unix_now();
             let Some(plan) = self.core.plan(start) else {
-                self.publish(Vec::new());
+                self.publish_if_changed();
                 match commands.recv().await {
                     Some(cmd) => self.handle(cmd),
                     None => return,
@@ -297,6 +300,7 @@ impl Driver {
         match cmd {
             Command::Add { seq, events, reply } => {
                 let result = self.core.add(seq, unix_now());
+                self.dirty |= result.is_ok();
                 if let Ok(id) = result {
                     self.routes.insert(id, events);
                     self.metrics.on_received();
@@ -316,13 +320,17 @@ impl Driver {
                     events: self.kv.subscribe(),
                 });
             }
-            Command::ResetPrefixCache => self.core.reset_prefix_cache(),
+            Command::ResetPrefixCache => {
+                self.core.reset_prefix_cache();
+                self.dirty = true;
+            }
         }
         self.flush_trace();
     }
 
     fn abort(&mut self, seq: SeqId, reason: FinishReason) {
         if let Some(finished) = self.core.abort(seq, reason, unix_now()) {
+            self.dirty = true;
             self.metrics.on_finished(&finished);
             if let Some(route) = self.routes.remove(&seq) {
                 let _ = route.send(SeqEvent::Finished(finished));
@@ -360,7 +368,16 @@ impl Driver {
         self.flush_trace();
     }
 
+    /// Publishes a status only when a command changed something since the last one, so that
+    /// snapshots go out once per step plus once when the engine turns idle.
+    fn publish_if_changed(&mut self) {
+        if self.dirty {
+            self.publish(Vec::new());
+        }
+    }
+
     fn publish(&mut self, steps: Vec<StepSample>) {
+        self.dirty = false;
         let status = self.core.status(unix_now(), steps);
         self.metrics.on_status(&status, self.core.pool().usage());
         // No subscriber is not an error: the snapshot is simply not needed.
