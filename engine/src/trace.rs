@@ -126,11 +126,18 @@ impl TraceLog {
             .spawn(move || {
                 let mut out = std::io::BufWriter::new(file);
                 while let Ok(batch) = receiver.recv() {
-                    write_batch(&mut out, &batch);
-                    while let Ok(more) = receiver.try_recv() {
-                        write_batch(&mut out, &more);
-                    }
-                    if out.flush().is_err() {
+                    let written = write_batch(&mut out, &batch)
+                        .and_then(|()| {
+                            while let Ok(more) = receiver.try_recv() {
+                                write_batch(&mut out, &more)?;
+                            }
+                            Ok(())
+                        })
+                        .and_then(|()| out.flush());
+                    if let Err(e) = written {
+                        tracing::error!(
+                            "trace log write failed, no further events are written: {e}"
+                        );
                         break;
                     }
                 }
@@ -141,13 +148,16 @@ impl TraceLog {
     /// Queues events of `instance` for writing.
     pub fn write(&self, instance: &str, events: Vec<TraceEvent>) {
         if !events.is_empty() {
-            // The writer only stops when its file fails; events after that are not written.
+            // The writer only stops after logging that its file failed.
             let _ = self.sender.send((instance.to_string(), events));
         }
     }
 }
 
-fn write_batch(out: &mut impl Write, (instance, events): &(String, Vec<TraceEvent>)) {
+fn write_batch(
+    out: &mut impl Write,
+    (instance, events): &(String, Vec<TraceEvent>),
+) -> std::io::Result<()> {
     for e in events {
         let line = TraceLine {
             timestamp: (e.time * 1000.0) as u64,
@@ -156,8 +166,8 @@ fn write_batch(out: &mut impl Write, (instance, events): &(String, Vec<TraceEven
             stage: e.kind.stage(),
             instance,
         };
-        if let Ok(text) = serde_json::to_string(&line) {
-            let _ = writeln!(out, "{text}");
-        }
+        serde_json::to_writer(&mut *out, &line)?;
+        writeln!(out)?;
     }
+    Ok(())
 }
