@@ -475,14 +475,7 @@ async fn client_disconnect_aborts_and_frees_the_request() {
     for _ in 0..100 {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let m = e.metrics().await;
-        aborted = m
-            .lines()
-            .filter(|l| {
-                l.starts_with("vllm:request_success_total{")
-                    && l.contains("finished_reason=\"abort\"")
-            })
-            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-            .sum();
+        aborted = aborted_requests(&m);
         if aborted == 1.0 {
             assert_eq!(metric(&m, "vllm:num_requests_running"), 0.0);
             assert_eq!(metric(&m, "vllm:kv_cache_usage_perc"), 0.0);
@@ -507,14 +500,7 @@ async fn a_non_streamed_request_is_aborted_when_its_client_leaves() {
     for _ in 0..100 {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let m = e.metrics().await;
-        aborted = m
-            .lines()
-            .filter(|l| {
-                l.starts_with("vllm:request_success_total{")
-                    && l.contains("finished_reason=\"abort\"")
-            })
-            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-            .sum();
+        aborted = aborted_requests(&m);
         if aborted == 1.0 {
             assert_eq!(metric(&m, "vllm:num_requests_running"), 0.0);
             break;
@@ -570,4 +556,14 @@ fn expected_lint(line: &str) -> bool {
                 name,
                 "avg_prompt_throughput_toks_per_s" | "avg_generation_throughput_toks_per_s"
             ))
+}
+
+fn aborted_requests(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("vllm:request_success_total{") && l.contains("finished_reason=\"abort\"")
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
 }

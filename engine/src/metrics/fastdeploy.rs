@@ -2,7 +2,8 @@
 
 use super::buckets::*;
 use super::families::*;
-use super::{observe_some, Dialect, EngineInfo, Phases};
+use super::phases::{observe_some, PhaseHistograms, Phases};
+use super::{Dialect, EngineInfo};
 use crate::core::{Finished, StepStats};
 use prometheus::{Counter, Gauge, Histogram, Registry};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,11 +30,7 @@ pub(super) struct FastDeploy {
     prefix_gpu_tokens: Counter,
     ttft: Histogram,
     tpot: Histogram,
-    e2e: Histogram,
-    queue: Histogram,
-    prefill: Histogram,
-    decode: Histogram,
-    inference: Histogram,
+    phases: PhaseHistograms,
     prompt_len: Histogram,
     generation_len: Histogram,
     max_tokens: Histogram,
@@ -92,7 +89,6 @@ impl FastDeploy {
             "Failed KV cache transfers.",
             n,
         )?;
-        let rl = VLLM_REQUEST_LATENCY;
         Ok(FastDeploy {
             running: gauge(
                 reg,
@@ -205,41 +201,7 @@ impl FastDeploy {
                 n,
                 &itl_up_to_one_second(),
             )?,
-            e2e: histogram(
-                reg,
-                "fastdeploy:e2e_request_latency_seconds",
-                "End-to-end request latency in seconds.",
-                n,
-                rl,
-            )?,
-            queue: histogram(
-                reg,
-                "fastdeploy:request_queue_time_seconds",
-                "Time waiting in queue in seconds.",
-                n,
-                rl,
-            )?,
-            prefill: histogram(
-                reg,
-                "fastdeploy:request_prefill_time_seconds",
-                "Prefill time in seconds.",
-                n,
-                rl,
-            )?,
-            decode: histogram(
-                reg,
-                "fastdeploy:request_decode_time_seconds",
-                "Decode time in seconds.",
-                n,
-                rl,
-            )?,
-            inference: histogram(
-                reg,
-                "fastdeploy:request_inference_time_seconds",
-                "Inference time in seconds.",
-                n,
-                rl,
-            )?,
+            phases: PhaseHistograms::new(reg, "fastdeploy:", n)?,
             prompt_len: histogram(
                 reg,
                 "fastdeploy:request_prompt_tokens",
@@ -319,11 +281,7 @@ impl Dialect for FastDeploy {
                 .set(ratio(&self.hit_requests, &self.admitted_requests));
         }
         let p = Phases::of(f);
-        self.e2e.observe(p.e2e);
-        observe_some(&self.queue, p.queue);
-        observe_some(&self.prefill, p.prefill);
-        observe_some(&self.decode, p.decode);
-        observe_some(&self.inference, p.inference);
+        self.phases.observe(&p);
         observe_some(&self.tpot, p.per_output_token);
         self.prompt_len.observe(f.prompt_tokens as f64);
         self.generation_len.observe(f.output_tokens as f64);

@@ -2,7 +2,8 @@
 
 use super::buckets::*;
 use super::families::*;
-use super::{observe_some, Dialect, EngineInfo, Phases};
+use super::phases::{observe_some, Phases};
+use super::{Dialect, EngineInfo};
 use crate::core::{Finished, StepStats};
 use prometheus::{Counter, Gauge, Histogram, Registry};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -9,6 +9,7 @@ mod buckets;
 mod families;
 mod fastdeploy;
 mod mindie;
+mod phases;
 mod vllm;
 
 use crate::core::{Finished, StepStats};
@@ -143,39 +144,5 @@ impl EngineMetrics {
             tracing::error!("encoding metrics failed: {e}");
         }
         String::from_utf8(out).unwrap_or_default()
-    }
-}
-
-/// Observes `value` when the request reached that phase.
-fn observe_some(histogram: &prometheus::Histogram, value: Option<f64>) {
-    if let Some(v) = value {
-        histogram.observe(v);
-    }
-}
-
-/// Request phases in seconds, where the request reached them.
-struct Phases {
-    queue: Option<f64>,
-    prefill: Option<f64>,
-    decode: Option<f64>,
-    inference: Option<f64>,
-    e2e: f64,
-    per_output_token: Option<f64>,
-}
-
-impl Phases {
-    fn of(f: &Finished) -> Self {
-        let t = &f.times;
-        let decode = t.first_token.zip(t.last_token).map(|(a, b)| b - a);
-        Phases {
-            queue: t.first_scheduled.map(|s| s - t.arrival),
-            prefill: t.first_scheduled.zip(t.first_token).map(|(s, ft)| ft - s),
-            decode,
-            inference: t.first_scheduled.zip(t.last_token).map(|(s, l)| l - s),
-            e2e: f.finish_time - t.arrival,
-            per_output_token: decode
-                .filter(|_| f.output_tokens > 1)
-                .map(|d| d / (f.output_tokens - 1) as f64),
-        }
     }
 }

@@ -2,7 +2,8 @@
 
 use super::buckets::*;
 use super::families::*;
-use super::{observe_some, Dialect, EngineInfo, Phases};
+use super::phases::{observe_some, PhaseHistograms, Phases};
+use super::{Dialect, EngineInfo};
 use crate::core::{Finished, StepStats};
 use prometheus::{Counter, CounterVec, Gauge, Histogram, Registry};
 use switchyard_protocol::engine_state::EngineStatus;
@@ -19,11 +20,7 @@ pub(super) struct Vllm {
     prefix_hits: Counter,
     ttft: Histogram,
     itl: Histogram,
-    e2e: Histogram,
-    queue: Histogram,
-    prefill: Histogram,
-    decode: Histogram,
-    inference: Histogram,
+    phases: PhaseHistograms,
     tpot: Histogram,
     prompt_len: Histogram,
     generation_len: Histogram,
@@ -135,41 +132,7 @@ impl Vllm {
                 l,
                 VLLM_ITL,
             )?,
-            e2e: histogram(
-                reg,
-                "vllm:e2e_request_latency_seconds",
-                "Histogram of e2e request latency in seconds.",
-                l,
-                VLLM_REQUEST_LATENCY,
-            )?,
-            queue: histogram(
-                reg,
-                "vllm:request_queue_time_seconds",
-                "Histogram of time spent in WAITING phase for request.",
-                l,
-                VLLM_REQUEST_LATENCY,
-            )?,
-            prefill: histogram(
-                reg,
-                "vllm:request_prefill_time_seconds",
-                "Histogram of time spent in PREFILL phase for request.",
-                l,
-                VLLM_REQUEST_LATENCY,
-            )?,
-            decode: histogram(
-                reg,
-                "vllm:request_decode_time_seconds",
-                "Histogram of time spent in DECODE phase for request.",
-                l,
-                VLLM_REQUEST_LATENCY,
-            )?,
-            inference: histogram(
-                reg,
-                "vllm:request_inference_time_seconds",
-                "Histogram of time spent in RUNNING phase for request.",
-                l,
-                VLLM_REQUEST_LATENCY,
-            )?,
+            phases: PhaseHistograms::new(reg, "vllm:", l)?,
             tpot: histogram(
                 reg,
                 "vllm:request_time_per_output_token_seconds",
@@ -236,11 +199,7 @@ impl Dialect for Vllm {
     fn on_finished(&self, f: &Finished) {
         self.success.with_label_values(&[f.reason.as_str()]).inc();
         let p = Phases::of(f);
-        self.e2e.observe(p.e2e);
-        observe_some(&self.queue, p.queue);
-        observe_some(&self.prefill, p.prefill);
-        observe_some(&self.decode, p.decode);
-        observe_some(&self.inference, p.inference);
+        self.phases.observe(&p);
         observe_some(&self.tpot, p.per_output_token);
         self.prompt_len.observe(f.prompt_tokens as f64);
         self.generation_len.observe(f.output_tokens as f64);

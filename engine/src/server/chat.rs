@@ -1,7 +1,7 @@
 //! `POST /v1/chat/completions`.
 
 use super::errors::{HttpError, OpenAiJson};
-use super::generation::{ChoiceUpdate, Generation};
+use super::generation::{Generation, TokenLogprobs};
 use super::params::{settle_max_tokens, validate, MAX_LOGPROBS};
 use super::{check_model, sse_response, unix_seconds, RequestId};
 use crate::chat_template::{TemplateInput, TemplateMessage};
@@ -161,32 +161,22 @@ pub async fn chat_completions(
         logprobs: params.sampling.logprobs.is_some(),
     };
     if !params.stream {
-        let n = generation.num_choices();
-        let mut texts = vec![String::new(); n];
-        let mut logprobs = vec![ChatLogprobs::default(); n];
-        let mut finishes = vec![None; n];
-        while let Some(update) = generation.next().await {
-            let i = update.index as usize;
-            texts[i].push_str(&update.text);
-            logprobs[i].content.extend(shape.logprobs(&update));
-            if update.finish.is_some() {
-                finishes[i] = update.finish;
-            }
-        }
-        let choices = texts
+        let choices = generation
+            .collect()
+            .await
             .into_iter()
-            .zip(logprobs)
-            .zip(finishes)
             .enumerate()
-            .map(|(i, ((text, lp), finish))| ChatChoice {
+            .map(|(i, c)| ChatChoice {
                 index: i as u32,
                 message: AssistantMessage {
                     role: "assistant".into(),
-                    content: Some(text),
+                    content: Some(c.text),
                 },
-                logprobs: shape.logprobs.then_some(lp),
-                finish_reason: finish.as_ref().map(|f| f.0),
-                stop_reason: finish.and_then(|f| f.1),
+                logprobs: shape.logprobs.then(|| ChatLogprobs {
+                    content: shape.logprobs(&c.logprobs),
+                }),
+                finish_reason: c.finish.as_ref().map(|f| f.0),
+                stop_reason: c.finish.and_then(|f| f.1),
             })
             .collect();
         return Ok(Json(ChatCompletionResponse {
@@ -206,7 +196,7 @@ pub async fn chat_completions(
             yield shape.chunk(i as u32, delta, None, None, None);
         }
         while let Some(update) = generation.next().await {
-            let lp = shape.logprobs.then(|| ChatLogprobs { content: shape.logprobs(&update) });
+            let lp = shape.logprobs.then(|| ChatLogprobs { content: shape.logprobs(&update.logprobs) });
             let delta = ChatDelta {
                 role: None,
                 content: (!update.text.is_empty()).then(|| update.text.clone()),
@@ -262,14 +252,13 @@ impl Shape {
         .unwrap_or_default()
     }
 
-    fn logprobs(&self, update: &ChoiceUpdate) -> Vec<TokenLogprob> {
+    fn logprobs(&self, tokens: &[TokenLogprobs]) -> Vec<TokenLogprob> {
         let entry = |id: u32| {
             let token = self.tokenizer.token_text(id);
             let bytes = Some(token.as_bytes().to_vec());
             (token, bytes)
         };
-        update
-            .logprobs
+        tokens
             .iter()
             .map(|t| {
                 let (token, bytes) = entry(t.token);

@@ -1,7 +1,7 @@
 //! `POST /v1/completions`.
 
 use super::errors::{HttpError, OpenAiJson};
-use super::generation::{ChoiceUpdate, Generation};
+use super::generation::{Generation, TokenLogprobs};
 use super::params::{settle_max_tokens, token_prompt, validate};
 use super::{check_model, sse_response, unix_seconds, RequestId};
 use crate::instance::Instance;
@@ -82,34 +82,24 @@ pub async fn completions(
         logprobs: params.sampling.logprobs.is_some(),
     };
     if !params.stream {
-        let mut texts: Vec<String> = (0..generation.num_choices())
-            .map(|i| {
-                echo.get(generation.prompt_of(i as u32))
-                    .cloned()
-                    .unwrap_or_default()
-            })
-            .collect();
-        let mut logprobs = vec![CompletionLogprobs::default(); generation.num_choices()];
-        let mut finishes = vec![None; generation.num_choices()];
-        while let Some(update) = generation.next().await {
-            let i = update.index as usize;
-            shape.extend_logprobs(&mut logprobs[i], &update, texts[i].len());
-            texts[i].push_str(&update.text);
-            if update.finish.is_some() {
-                finishes[i] = update.finish;
-            }
-        }
-        let choices = texts
+        let collected = generation.collect().await;
+        let choices = collected
             .into_iter()
-            .zip(logprobs)
-            .zip(finishes)
             .enumerate()
-            .map(|(i, ((text, lp), finish))| CompletionChoice {
-                index: i as u32,
-                text,
-                logprobs: shape.logprobs.then_some(lp),
-                finish_reason: finish.as_ref().map(|f| f.0),
-                stop_reason: finish.and_then(|f| f.1),
+            .map(|(i, c)| {
+                let prefix = echo
+                    .get(generation.prompt_of(i as u32))
+                    .cloned()
+                    .unwrap_or_default();
+                let mut lp = CompletionLogprobs::default();
+                shape.extend_logprobs(&mut lp, &c.logprobs, prefix.len());
+                CompletionChoice {
+                    index: i as u32,
+                    text: prefix + &c.text,
+                    logprobs: shape.logprobs.then_some(lp),
+                    finish_reason: c.finish.as_ref().map(|f| f.0),
+                    stop_reason: c.finish.and_then(|f| f.1),
+                }
             })
             .collect();
         let body = CompletionResponse {
@@ -134,7 +124,7 @@ pub async fn completions(
         while let Some(update) = generation.next().await {
             let i = update.index as usize;
             let mut lp = CompletionLogprobs::default();
-            shape.extend_logprobs(&mut lp, &update, offsets[i]);
+            shape.extend_logprobs(&mut lp, &update.logprobs, offsets[i]);
             offsets[i] += update.text.len();
             let usage = continuous.then(|| generation.usage());
             yield shape.chunk(update.index, update.text, shape.logprobs.then_some(lp), update.finish, usage);
@@ -187,9 +177,14 @@ impl Shape {
         serde_json::to_string(&body).unwrap_or_default()
     }
 
-    fn extend_logprobs(&self, lp: &mut CompletionLogprobs, update: &ChoiceUpdate, offset: usize) {
+    fn extend_logprobs(
+        &self,
+        lp: &mut CompletionLogprobs,
+        tokens: &[TokenLogprobs],
+        offset: usize,
+    ) {
         let mut offset = offset;
-        for t in &update.logprobs {
+        for t in tokens {
             let text = self.tokenizer.token_text(t.token);
             lp.text_offset.push(offset as u32);
             offset += text.len();

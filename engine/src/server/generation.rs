@@ -38,6 +38,17 @@ pub struct ChoiceUpdate {
     pub finish: Option<(FinishReason, Option<StopReason>)>,
 }
 
+/// A finished choice, gathered whole for a non-streamed answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollectedChoice {
+    /// The whole text.
+    pub text: String,
+    /// Log-probabilities of every token (when asked for).
+    pub logprobs: Vec<TokenLogprobs>,
+    /// Why it ended.
+    pub finish: Option<(FinishReason, Option<StopReason>)>,
+}
+
 struct ChoiceState {
     seq: SeqId,
     prompt: usize,
@@ -214,6 +225,27 @@ impl Generation {
         let news =
             !update.text.is_empty() || update.finish.is_some() || !update.logprobs.is_empty();
         news.then_some(update)
+    }
+
+    /// Runs every choice to its end.
+    pub async fn collect(&mut self) -> Vec<CollectedChoice> {
+        let mut choices = vec![
+            CollectedChoice {
+                text: String::new(),
+                logprobs: Vec::new(),
+                finish: None,
+            };
+            self.num_choices()
+        ];
+        while let Some(update) = self.next().await {
+            let choice = &mut choices[update.index as usize];
+            choice.text.push_str(&update.text);
+            choice.logprobs.extend(update.logprobs);
+            if update.finish.is_some() {
+                choice.finish = update.finish;
+            }
+        }
+        choices
     }
 
     /// Token counts so far (prompts once each, all choices' output).
