@@ -3,10 +3,9 @@
 use super::errors::{HttpError, OpenAiJson};
 use super::generation::{Generation, TokenLogprobs};
 use super::params::{settle_max_tokens, validate, MAX_LOGPROBS};
-use super::{check_model, sse_response, unix_seconds, RequestId};
+use super::{check_model, sse_response, RequestId, ResponseShape};
 use crate::chat_template::{TemplateInput, TemplateMessage};
 use crate::instance::Instance;
-use crate::tokenizer::Tokenizer;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -153,13 +152,12 @@ pub async fn chat_completions(
     }
     let mut generation =
         Generation::start(&instance, &request_id, vec![(prompt, max)], &params).await?;
-    let shape = Shape {
-        id: format!("chatcmpl-{request_id}"),
-        created: unix_seconds(),
+    let shape = ResponseShape::new(
+        format!("chatcmpl-{request_id}"),
         model,
-        tokenizer: tok,
-        logprobs: params.sampling.logprobs.is_some(),
-    };
+        &instance,
+        params.sampling.logprobs.is_some(),
+    );
     if !params.stream {
         let choices = generation
             .collect()
@@ -173,7 +171,7 @@ pub async fn chat_completions(
                     content: Some(c.text),
                 },
                 logprobs: shape.logprobs.then(|| ChatLogprobs {
-                    content: shape.logprobs(&c.logprobs),
+                    content: shape.chat_logprobs(&c.logprobs),
                 }),
                 finish_reason: c.finish.as_ref().map(|f| f.0),
                 stop_reason: c.finish.and_then(|f| f.1),
@@ -193,16 +191,16 @@ pub async fn chat_completions(
     let stream = async_stream::stream! {
         for i in 0..generation.num_choices() {
             let delta = ChatDelta { role: Some("assistant".into()), content: Some(String::new()) };
-            yield shape.chunk(i as u32, delta, None, None, None);
+            yield shape.chat_chunk(i as u32, delta, None, None, None);
         }
         while let Some(update) = generation.next().await {
-            let lp = shape.logprobs.then(|| ChatLogprobs { content: shape.logprobs(&update.logprobs) });
+            let lp = shape.logprobs.then(|| ChatLogprobs { content: shape.chat_logprobs(&update.logprobs) });
             let delta = ChatDelta {
                 role: None,
                 content: (!update.text.is_empty()).then(|| update.text.clone()),
             };
             let usage = continuous.then(|| generation.usage());
-            yield shape.chunk(update.index, delta, lp, update.finish, usage);
+            yield shape.chat_chunk(update.index, delta, lp, update.finish, usage);
         }
         if include_usage {
             yield serde_json::to_string(&ChatCompletionChunk {
@@ -218,16 +216,8 @@ pub async fn chat_completions(
     Ok(sse_response(stream))
 }
 
-struct Shape {
-    id: String,
-    created: u64,
-    model: String,
-    tokenizer: Arc<Tokenizer>,
-    logprobs: bool,
-}
-
-impl Shape {
-    fn chunk(
+impl ResponseShape {
+    fn chat_chunk(
         &self,
         index: u32,
         delta: ChatDelta,
@@ -252,7 +242,7 @@ impl Shape {
         .unwrap_or_default()
     }
 
-    fn logprobs(&self, tokens: &[TokenLogprobs]) -> Vec<TokenLogprob> {
+    fn chat_logprobs(&self, tokens: &[TokenLogprobs]) -> Vec<TokenLogprob> {
         let entry = |id: u32| {
             let token = self.tokenizer.token_text(id);
             let bytes = Some(token.as_bytes().to_vec());

@@ -3,9 +3,8 @@
 use super::errors::{HttpError, OpenAiJson};
 use super::generation::{Generation, TokenLogprobs};
 use super::params::{settle_max_tokens, token_prompt, validate};
-use super::{check_model, sse_response, unix_seconds, RequestId};
+use super::{check_model, sse_response, RequestId, ResponseShape};
 use crate::instance::Instance;
-use crate::tokenizer::Tokenizer;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -74,13 +73,12 @@ pub async fn completions(
         Vec::new()
     };
     let mut generation = Generation::start(&instance, &request_id, prompts, &params).await?;
-    let shape = Shape {
-        id: format!("cmpl-{request_id}"),
-        created: unix_seconds(),
+    let shape = ResponseShape::new(
+        format!("cmpl-{request_id}"),
         model,
-        tokenizer: tok,
-        logprobs: params.sampling.logprobs.is_some(),
-    };
+        &instance,
+        params.sampling.logprobs.is_some(),
+    );
     if !params.stream {
         let collected = generation.collect().await;
         let choices = collected
@@ -118,7 +116,7 @@ pub async fn completions(
         for (i, offset) in offsets.iter_mut().enumerate() {
             if let Some(text) = echo.get(generation.prompt_of(i as u32)) {
                 *offset = text.len();
-                yield shape.chunk(i as u32, text.clone(), None, None, None);
+                yield shape.completion_chunk(i as u32, text.clone(), None, None, None);
             }
         }
         while let Some(update) = generation.next().await {
@@ -127,7 +125,7 @@ pub async fn completions(
             shape.extend_logprobs(&mut lp, &update.logprobs, offsets[i]);
             offsets[i] += update.text.len();
             let usage = continuous.then(|| generation.usage());
-            yield shape.chunk(update.index, update.text, shape.logprobs.then_some(lp), update.finish, usage);
+            yield shape.completion_chunk(update.index, update.text, shape.logprobs.then_some(lp), update.finish, usage);
         }
         if include_usage {
             yield serde_json::to_string(&CompletionResponse {
@@ -143,16 +141,8 @@ pub async fn completions(
     Ok(sse_response(stream))
 }
 
-struct Shape {
-    id: String,
-    created: u64,
-    model: String,
-    tokenizer: Arc<Tokenizer>,
-    logprobs: bool,
-}
-
-impl Shape {
-    fn chunk(
+impl ResponseShape {
+    fn completion_chunk(
         &self,
         index: u32,
         text: String,

@@ -96,6 +96,27 @@ fn check_model(instance: &Instance, model: Option<&str>) -> Result<String, ApiEr
     }
 }
 
+/// What every response and chunk of one request repeats.
+struct ResponseShape {
+    id: String,
+    created: u64,
+    model: String,
+    tokenizer: Arc<crate::tokenizer::Tokenizer>,
+    logprobs: bool,
+}
+
+impl ResponseShape {
+    fn new(id: String, model: String, instance: &Instance, logprobs: bool) -> Self {
+        ResponseShape {
+            id,
+            created: unix_seconds(),
+            model,
+            tokenizer: instance.tokenizer.clone(),
+            logprobs,
+        }
+    }
+}
+
 /// Unix seconds now, for `created`.
 fn unix_seconds() -> u64 {
     crate::instance::unix_now() as u64
