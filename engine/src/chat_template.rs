@@ -52,6 +52,15 @@ pub struct TemplateInput<'a> {
 impl ChatTemplate {
     /// Compiles `source`; fails with the template's syntax error.
     pub fn new(source: &str) -> Result<Self, Error> {
+        Self::with_special_tokens(source, None, None)
+    }
+
+    /// Compiles `source` with the `bos_token` and `eos_token` variables templates refer to.
+    pub fn with_special_tokens(
+        source: &str,
+        bos: Option<String>,
+        eos: Option<String>,
+    ) -> Result<Self, Error> {
         let mut env = Environment::new();
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
@@ -60,6 +69,8 @@ impl ChatTemplate {
         env.add_function("strftime_now", |format: String| -> String {
             chrono::Local::now().format(&format).to_string()
         });
+        env.add_global("bos_token", bos.unwrap_or_default());
+        env.add_global("eos_token", eos.unwrap_or_default());
         env.add_template_owned("chat", source.to_string())?;
         Ok(ChatTemplate { env })
     }

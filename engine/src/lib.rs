@@ -14,6 +14,7 @@ pub mod instance;
 pub mod kv;
 pub mod launcher;
 pub mod metrics;
+pub mod model;
 pub mod sampling;
 pub mod sched;
 pub mod server;

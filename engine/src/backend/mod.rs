@@ -4,6 +4,7 @@
 //! The engine core plans the step ([`ModelBatch`]) and samples from the result ([`ModelOutput`]);
 //! a backend only does the math (or, for [`sim`], models how long it would take).
 
+pub mod cpu;
 pub mod sim;
 
 use crate::kv::BlockId;
@@ -54,4 +55,9 @@ pub struct ModelOutput {
 pub trait Backend: Send {
     /// Computes one step.
     fn execute(&mut self, batch: &ModelBatch) -> ModelOutput;
+
+    /// Whether a step takes long enough that it must run off the async runtime's threads.
+    fn blocking(&self) -> bool {
+        false
+    }
 }

@@ -8,7 +8,6 @@ pub use builtin::{builtin_tokenizer, CORPUS as BUILTIN_CORPUS};
 pub use incremental::IncrementalDecoder;
 
 use rustc_hash::FxHashSet;
-use std::path::Path;
 
 /// A tokenizer with the model's end-of-sequence and special token ids.
 pub struct Tokenizer {
@@ -44,24 +43,22 @@ impl Tokenizer {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self::with_eos_ids(inner, eos_token_ids))
+    }
+
+    /// Wraps a `tokenizers` tokenizer whose sequences end at `eos_token_ids`.
+    pub fn with_eos_ids(inner: tokenizers::Tokenizer, eos_token_ids: Vec<u32>) -> Self {
         let special_ids = inner
             .get_added_tokens_decoder()
             .iter()
             .filter(|(_, t)| t.special)
             .map(|(&id, _)| id)
             .collect();
-        Ok(Tokenizer {
+        Tokenizer {
             inner,
             eos_token_ids,
             special_ids,
-        })
-    }
-
-    /// Loads `tokenizer.json`.
-    pub fn from_file(path: &Path, eos_tokens: &[&str]) -> Result<Self, TokenizerError> {
-        let inner = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| TokenizerError(format!("cannot load {}: {e}", path.display())))?;
-        Self::new(inner, eos_tokens)
+        }
     }
 
     /// Token ids of `text`.
