@@ -22,6 +22,8 @@ async fn main() {
     let mut child = Command::new(&bin)
         .args([
             "engine",
+            "--backend",
+            "sim",
             "--host",
             "127.0.0.1",
             "--port",

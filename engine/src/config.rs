@@ -1,11 +1,16 @@
 //! The engine's flags, each with an environment-variable twin, and how they become instances.
 
+use crate::backend::cpu::CpuBackend;
 use crate::backend::sim::{GpuProfile, ModelShape, SimBackend, SimVocabulary, StepTimeModel};
-use crate::chat_template::{ChatTemplate, CHATML_TEMPLATE};
+use crate::backend::Backend;
 use crate::core::CoreConfig;
 use crate::instance::{InstanceInfo, InstanceParts};
 use crate::metrics::{EngineInfo, EngineMetrics, MetricsDialect};
-use crate::tokenizer::builtin_tokenizer;
+use crate::model::{
+    builtin_model_dir, load_tokenizer_and_template, write_builtin_model, ModelDir, ModelWeights,
+    BUILTIN_MODEL_NAME,
+};
+use crate::tokenizer::{Tokenizer, BUILTIN_CORPUS};
 use crate::trace::TraceLog;
 use anyhow::{bail, Context};
 use std::path::PathBuf;
@@ -14,6 +19,10 @@ use std::sync::Arc;
 /// Which backend runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendKind {
+    /// The best available: CUDA when it is built and works, else CPU.
+    Auto,
+    /// Real math on the CPU.
+    Cpu,
     /// No math: modelled step times and deterministic words.
     Sim,
 }
@@ -31,8 +40,14 @@ pub struct EngineArgs {
     #[arg(long, env = "SWITCHYARD_INSTANCES", default_value_t = 1)]
     pub instances: usize,
     /// Backend.
-    #[arg(long, env = "SWITCHYARD_BACKEND", value_enum, default_value_t = BackendKind::Sim)]
+    #[arg(long, env = "SWITCHYARD_BACKEND", value_enum, default_value_t = BackendKind::Auto)]
     pub backend: BackendKind,
+    /// A Hugging Face model directory, or `builtin` for the built-in demo model.
+    #[arg(long, env = "SWITCHYARD_MODEL", default_value = "builtin")]
+    pub model: String,
+    /// KV cache size of the CPU backend, in GiB (unless --num-kv-blocks is given).
+    #[arg(long, env = "SWITCHYARD_KV_CACHE_MEMORY_GIB", default_value_t = 1.0)]
+    pub kv_cache_memory_gib: f64,
     /// Name clients use in `model` (default: the model's name).
     #[arg(long, env = "SWITCHYARD_SERVED_MODEL_NAME")]
     pub served_model_name: Option<String>,
@@ -107,54 +122,45 @@ impl EngineArgs {
         if !(self.gpu_memory_utilization > 0.0 && self.gpu_memory_utilization <= 1.0) {
             bail!("--gpu-memory-utilization must be in (0, 1]");
         }
-        let gpu = GpuProfile::by_name(&self.sim_gpu).with_context(|| {
-            format!(
-                "unknown --sim-gpu {:?}; known: {}",
-                self.sim_gpu,
-                GpuProfile::names().join(", ")
-            )
-        })?;
-        let shape = match ModelShape::preset(&self.sim_model) {
-            Some(shape) => shape,
-            None => {
-                let text = std::fs::read_to_string(&self.sim_model).with_context(|| {
-                    format!(
-                        "--sim-model {:?} is neither a preset ({}) nor a readable config.json",
-                        self.sim_model,
-                        crate::backend::sim::shape_presets().join(", ")
-                    )
-                })?;
-                ModelShape::from_config_json(&self.sim_model, &text)
-                    .with_context(|| format!("{} is not a model config", self.sim_model))?
+        let model_dir = match self.model.as_str() {
+            "builtin" => write_builtin_model(&builtin_model_dir())
+                .context("cannot write the built-in model to its cache directory")?,
+            path => PathBuf::from(path),
+        };
+        let dir = ModelDir::open(&model_dir)?;
+        let (tokenizer, chat_template) = load_tokenizer_and_template(&dir)?;
+        let tokenizer = Arc::new(tokenizer);
+        let chat_template = chat_template.map(Arc::new);
+        let kind = match self.backend {
+            BackendKind::Auto => {
+                tracing::info!("--backend auto: using cpu (no CUDA backend in this build)");
+                BackendKind::Cpu
             }
+            kind => kind,
         };
-        let step_time = StepTimeModel::new(gpu, shape.clone());
-        let num_blocks = match self.num_kv_blocks {
-            Some(n) => n,
-            None => step_time.kv_capacity_blocks(self.gpu_memory_utilization, self.block_size),
+        let model = match kind {
+            BackendKind::Sim => self.sim_model(&tokenizer)?,
+            _ => self.cpu_model(&dir)?,
         };
-        if num_blocks == 0 {
-            bail!(
-                "no KV blocks fit: the {} weights do not leave room on a {}",
-                shape.name,
-                gpu.name
-            );
-        }
-        let capacity = num_blocks * self.block_size;
+        let capacity = model.num_blocks * self.block_size;
         let max_model_len = match self.max_model_len {
             Some(len) if len > capacity => {
                 bail!("--max-model-len {len} exceeds the KV capacity of {capacity} tokens")
             }
             Some(len) => len,
-            None => (shape.max_position_embeddings as usize).min(capacity),
+            None => model.max_positions.min(capacity),
         };
         if max_model_len < 2 {
             bail!("--max-model-len must be at least 2");
         }
-        let tokenizer = builtin_tokenizer();
-        let chat_template = Arc::new(ChatTemplate::new(CHATML_TEMPLATE)?);
-        let vocabulary =
-            SimVocabulary::from_tokenizer(&tokenizer, crate::tokenizer::BUILTIN_CORPUS);
+        let num_blocks = model.num_blocks;
+        let model_name = self.served_model_name.clone().unwrap_or_else(|| {
+            if self.model == "builtin" && kind != BackendKind::Sim {
+                BUILTIN_MODEL_NAME.to_string()
+            } else {
+                model.name.clone()
+            }
+        });
         let trace_log = match &self.trace_log {
             Some(path) => Some(
                 TraceLog::open(path)
@@ -162,10 +168,6 @@ impl EngineArgs {
             ),
             None => None,
         };
-        let model_name = self
-            .served_model_name
-            .clone()
-            .unwrap_or_else(|| shape.name.clone());
         (0..self.instances)
             .map(|index| {
                 let core = CoreConfig {
@@ -200,9 +202,10 @@ impl EngineArgs {
                         max_body_bytes: self.max_body_bytes,
                     },
                     core,
-                    backend: Box::new(SimBackend::new(step_time.clone(), vocabulary.clone())),
+                    backend: (model.make_backend)(),
                     tokenizer: tokenizer.clone(),
                     chat_template: chat_template.clone(),
+                    generation_defaults: dir.generation.clone(),
                     metrics,
                     trace_log: trace_log.clone(),
                     time_scale: self.sim_time_scale,
@@ -210,4 +213,90 @@ impl EngineArgs {
             })
             .collect()
     }
+
+    fn sim_model(&self, tokenizer: &Tokenizer) -> anyhow::Result<BuiltModel> {
+        let gpu = GpuProfile::by_name(&self.sim_gpu).with_context(|| {
+            format!(
+                "unknown --sim-gpu {:?}; known: {}",
+                self.sim_gpu,
+                GpuProfile::names().join(", ")
+            )
+        })?;
+        let shape = match ModelShape::preset(&self.sim_model) {
+            Some(shape) => shape,
+            None => {
+                let text = std::fs::read_to_string(&self.sim_model).with_context(|| {
+                    format!(
+                        "--sim-model {:?} is neither a preset ({}) nor a readable config.json",
+                        self.sim_model,
+                        crate::backend::sim::shape_presets().join(", ")
+                    )
+                })?;
+                ModelShape::from_config_json(&self.sim_model, &text)
+                    .with_context(|| format!("{} is not a model config", self.sim_model))?
+            }
+        };
+        let step_time = StepTimeModel::new(gpu, shape.clone());
+        let num_blocks = match self.num_kv_blocks {
+            Some(n) => n,
+            None => step_time.kv_capacity_blocks(self.gpu_memory_utilization, self.block_size),
+        };
+        if num_blocks == 0 {
+            bail!(
+                "no KV blocks fit: the {} weights do not leave room on a {}",
+                shape.name,
+                gpu.name
+            );
+        }
+        let vocabulary = SimVocabulary::from_tokenizer(tokenizer, BUILTIN_CORPUS);
+        Ok(BuiltModel {
+            name: shape.name.clone(),
+            max_positions: shape.max_position_embeddings as usize,
+            num_blocks,
+            make_backend: Box::new(move || {
+                Box::new(SimBackend::new(step_time.clone(), vocabulary.clone()))
+            }),
+        })
+    }
+
+    fn cpu_model(&self, dir: &ModelDir) -> anyhow::Result<BuiltModel> {
+        let config = dir.config.clone();
+        let weights = Arc::new(ModelWeights::load(&dir.path, &config)?);
+        let num_blocks = match self.num_kv_blocks {
+            Some(n) => n,
+            None => {
+                let bytes = self.kv_cache_memory_gib * (1u64 << 30) as f64;
+                let per_block = CpuBackend::kv_bytes_per_token(&config) * self.block_size;
+                (bytes / per_block as f64) as usize
+            }
+        };
+        if num_blocks == 0 {
+            bail!(
+                "--kv-cache-memory-gib {} holds no KV block",
+                self.kv_cache_memory_gib
+            );
+        }
+        let block_size = self.block_size;
+        Ok(BuiltModel {
+            name: dir.name.clone(),
+            max_positions: config.max_position_embeddings,
+            num_blocks,
+            make_backend: Box::new(move || {
+                Box::new(CpuBackend::new(
+                    config.clone(),
+                    weights.clone(),
+                    num_blocks,
+                    block_size,
+                ))
+            }),
+        })
+    }
+}
+
+/// A chosen backend's sizes and a maker of one backend per instance.
+struct BuiltModel {
+    name: String,
+    max_positions: usize,
+    num_blocks: usize,
+    make_backend: Box<dyn Fn() -> Box<dyn Backend>>,
 }

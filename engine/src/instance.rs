@@ -1,10 +1,11 @@
 //! One engine instance in real time: the core on its own task, fed by commands, stepping the
 //! backend, and publishing events, status snapshots, KV events, metrics and the trace log.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, ModelOutput};
 use crate::chat_template::ChatTemplate;
-use crate::core::{AddError, CoreConfig, EngineCore, NewSeq, SeqEvent, StepReport};
+use crate::core::{AddError, CoreConfig, EngineCore, NewSeq, SeqEvent, StepPlan, StepReport};
 use crate::metrics::EngineMetrics;
+use crate::model::GenerationDefaults;
 use crate::sched::SeqId;
 use crate::tokenizer::Tokenizer;
 use crate::trace::TraceLog;
@@ -50,8 +51,10 @@ pub struct InstanceParts {
     pub backend: Box<dyn Backend>,
     /// The tokenizer.
     pub tokenizer: Arc<Tokenizer>,
-    /// The chat template.
-    pub chat_template: Arc<ChatTemplate>,
+    /// The chat template, if the model has one.
+    pub chat_template: Option<Arc<ChatTemplate>>,
+    /// The model's sampling defaults.
+    pub generation_defaults: GenerationDefaults,
     /// Its metrics.
     pub metrics: EngineMetrics,
     /// Where lifecycle events go, if anywhere.
@@ -92,8 +95,10 @@ pub struct Instance {
     pub info: InstanceInfo,
     /// The tokenizer.
     pub tokenizer: Arc<Tokenizer>,
-    /// The chat template.
-    pub chat_template: Arc<ChatTemplate>,
+    /// The chat template, if the model has one.
+    pub chat_template: Option<Arc<ChatTemplate>>,
+    /// The model's sampling defaults.
+    pub generation_defaults: GenerationDefaults,
     /// Its metrics.
     pub metrics: Arc<EngineMetrics>,
     commands: mpsc::UnboundedSender<Command>,
@@ -121,6 +126,7 @@ impl Instance {
             info: parts.info.clone(),
             tokenizer: parts.tokenizer,
             chat_template: parts.chat_template,
+            generation_defaults: parts.generation_defaults,
             metrics: metrics.clone(),
             commands,
             status: status.clone(),
@@ -130,7 +136,7 @@ impl Instance {
         let driver = Driver {
             name: parts.info.name,
             core: EngineCore::new(parts.core),
-            backend: parts.backend,
+            backend: Some(parts.backend),
             metrics,
             trace_log: parts.trace_log,
             time_scale: parts.time_scale,
@@ -221,7 +227,8 @@ pub fn unix_now() -> f64 {
 struct Driver {
     name: String,
     core: EngineCore,
-    backend: Box<dyn Backend>,
+    /// The backend; lent to a blocking thread while a step runs there.
+    backend: Option<Box<dyn Backend>>,
     metrics: Arc<EngineMetrics>,
     trace_log: Option<TraceLog>,
     time_scale: f64,
@@ -258,7 +265,9 @@ impl Driver {
                 }
                 continue;
             };
-            let output = self.backend.execute(&plan.batch);
+            let Some((plan, output)) = self.execute(plan, &mut commands).await else {
+                return;
+            };
             let end = match output.modeled_seconds {
                 Some(modeled) => {
                     let wall = Duration::from_secs_f64(modeled / self.time_scale);
@@ -277,20 +286,55 @@ impl Driver {
         }
     }
 
+    /// Runs the backend on the plan's batch: in place for quick backends, on a blocking thread
+    /// (serving commands meanwhile) for slow ones. `None` when the instance is shut down.
+    async fn execute(
+        &mut self,
+        plan: StepPlan,
+        commands: &mut mpsc::UnboundedReceiver<Command>,
+    ) -> Option<(StepPlan, ModelOutput)> {
+        let mut backend = self
+            .backend
+            .take()
+            .expect("the backend is home between steps");
+        if !backend.blocking() {
+            let output = backend.execute(&plan.batch);
+            self.backend = Some(backend);
+            return Some((plan, output));
+        }
+        let step = tokio::task::spawn_blocking(move || {
+            let output = backend.execute(&plan.batch);
+            (backend, plan, output)
+        });
+        let (backend, plan, output) = self.serve_until(step, commands).await?.ok()?;
+        self.backend = Some(backend);
+        Some((plan, output))
+    }
+
     /// Sleeps while serving commands; false when the instance is shut down.
     async fn sleep_until(
         &mut self,
         deadline: Instant,
         commands: &mut mpsc::UnboundedReceiver<Command>,
     ) -> bool {
-        let sleep = tokio::time::sleep_until(deadline);
-        tokio::pin!(sleep);
+        self.serve_until(tokio::time::sleep_until(deadline), commands)
+            .await
+            .is_some()
+    }
+
+    /// Serves commands until `work` completes; `None` when the instance is shut down first.
+    async fn serve_until<F: std::future::Future>(
+        &mut self,
+        work: F,
+        commands: &mut mpsc::UnboundedReceiver<Command>,
+    ) -> Option<F::Output> {
+        tokio::pin!(work);
         loop {
             tokio::select! {
-                _ = &mut sleep => return true,
+                out = &mut work => return Some(out),
                 cmd = commands.recv() => match cmd {
                     Some(cmd) => self.handle(cmd),
-                    None => return false,
+                    None => return None,
                 },
             }
         }

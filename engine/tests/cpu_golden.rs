@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 use std::path::PathBuf;
+use std::sync::Arc;
 use switchyard_engine::backend::cpu::CpuBackend;
 use switchyard_engine::backend::{BatchSeq, ModelBatch};
 use switchyard_engine::model::{ModelConfig, ModelWeights};
@@ -55,7 +56,7 @@ fn cpu_logits_match_the_numpy_reference() {
         serde_json::from_str(&std::fs::read_to_string(fixture("expected.json")).unwrap()).unwrap();
     for name in ["tiny-qwen3", "tiny-llama", "tiny-qwen2"] {
         let config = ModelConfig::from_dir(&fixture(name)).unwrap();
-        let weights = ModelWeights::load(&fixture(name), &config).unwrap();
+        let weights = Arc::new(ModelWeights::load(&fixture(name), &config).unwrap());
         for case in expected[name].as_array().unwrap() {
             let tokens: Vec<u32> = case["tokens"]
                 .as_array()
@@ -93,7 +94,7 @@ fn cpu_logits_match_the_numpy_reference() {
 fn batched_equals_unbatched() {
     let dir = fixture("tiny-qwen3");
     let config = ModelConfig::from_dir(&dir).unwrap();
-    let weights = ModelWeights::load(&dir, &config).unwrap();
+    let weights = Arc::new(ModelWeights::load(&dir, &config).unwrap());
     let a: Vec<u32> = vec![1, 2, 3, 4, 5, 6, 7];
     let b: Vec<u32> = vec![9, 8, 7];
     let alone = |tokens: &[u32]| {

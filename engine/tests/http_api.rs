@@ -23,6 +23,8 @@ struct Engine {
 async fn start(extra: &[&str]) -> Engine {
     let mut argv = vec![
         "engine",
+        "--backend",
+        "sim",
         "--num-kv-blocks",
         "512",
         "--max-model-len",

@@ -48,7 +48,8 @@ pub struct Process {
 
 impl Process {
     /// Starts `switchyard engine` with `args` (host and port are chosen here) serving
-    /// `instances` instances, and waits until every one answers `/health`.
+    /// `instances` instances, and waits until every one answers `/health`. The backend is the
+    /// simulated one unless `args` name another.
     pub async fn engine(instances: u16, args: &[&str]) -> Process {
         let port = free_ports(instances);
         let child = Command::new(binary())
@@ -61,6 +62,11 @@ impl Process {
                 "--instances",
                 &instances.to_string(),
             ])
+            .args(if args.contains(&"--backend") {
+                &[][..]
+            } else {
+                &["--backend", "sim"][..]
+            })
             .args(args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())

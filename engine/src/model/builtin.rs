@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 /// The served name of the built-in model.
 pub const BUILTIN_MODEL_NAME: &str = "switchyard-builtin";
 /// Bump when the built-in model's files change, so caches are rewritten.
-const VERSION: &str = "qwen3-v1";
+const VERSION: &str = "qwen3-v2";
 const SEED: u64 = 0x5717_c4a2;
 const HIDDEN: usize = 256;
 const LAYERS: usize = 4;
@@ -62,7 +62,7 @@ pub fn write_builtin_model(dir: &Path) -> std::io::Result<PathBuf> {
         "vocab_size": vocab,
         "rms_norm_eps": 1e-6,
         "rope_theta": 1000000.0,
-        "tie_word_embeddings": true,
+        "tie_word_embeddings": false,
         "max_position_embeddings": MAX_POSITIONS,
         "torch_dtype": "bfloat16",
         "hidden_act": "silu",
@@ -153,6 +153,7 @@ fn write_weights(path: &Path, vocab: usize) -> std::io::Result<()> {
         );
     }
     add("model.norm.weight".into(), vec![HIDDEN], None);
+    add("lm_head.weight".into(), vec![vocab, HIDDEN], s);
     let views = tensors
         .iter()
         .map(|(name, shape, bytes)| {

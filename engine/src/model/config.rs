@@ -125,7 +125,7 @@ impl ModelConfig {
             )));
         }
         let head_dim = raw.head_dim.unwrap_or(hidden_size / num_heads);
-        if head_dim == 0 || head_dim % 2 != 0 {
+        if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(ModelError::Config(format!(
                 "head_dim {head_dim} must be even and positive"
             )));

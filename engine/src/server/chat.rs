@@ -68,8 +68,10 @@ pub fn chat_prompt(
     extra: serde_json::Map<String, serde_json::Value>,
 ) -> Result<Vec<u32>, ApiError> {
     let messages = template_messages(messages)?;
-    let text = instance
-        .chat_template
+    let template = instance.chat_template.as_ref().ok_or_else(|| {
+        ApiError::invalid_request("This model has no chat template; use /v1/completions.")
+    })?;
+    let text = template
         .render(&TemplateInput {
             messages: &messages,
             add_generation_prompt,
@@ -131,6 +133,7 @@ pub async fn chat_completions(
         top,
         tok.vocab_size(),
         tok.eos_token_ids(),
+        &instance.generation_defaults,
     )?;
     let add_generation_prompt =
         req.add_generation_prompt.unwrap_or(true) && !req.continue_final_message.unwrap_or(false);

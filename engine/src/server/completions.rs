@@ -32,6 +32,7 @@ pub async fn completions(
         req.logprobs,
         tok.vocab_size(),
         tok.eos_token_ids(),
+        &instance.generation_defaults,
     )?;
     if let Some(best_of) = req.best_of {
         if best_of != params.n as i64 {

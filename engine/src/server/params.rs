@@ -1,5 +1,6 @@
 //! Validation of request parameters into the engine's sampling and stopping parameters.
 
+use crate::model::GenerationDefaults;
 use crate::sampling::{SamplingParams, StopParams};
 use switchyard_protocol::openai::{ApiError, SamplingFields};
 
@@ -48,16 +49,24 @@ fn range(param: &str, value: Option<f64>, lo: f64, hi: f64, default: f64) -> Res
     Ok(v as f32)
 }
 
-/// Validates the shared fields; `max_tokens` and `logprobs` come from the route's own fields.
+/// Validates the shared fields; `max_tokens` and `logprobs` come from the route's own fields,
+/// and the model's `generation_config.json` fills in sampling fields the request leaves out.
 pub fn validate(
     f: &SamplingFields,
     max_tokens: Option<i64>,
     logprobs: Option<i64>,
     vocab_size: usize,
     eos_token_ids: &[u32],
+    defaults: &GenerationDefaults,
 ) -> Result<GenerationParams, ApiError> {
-    let temperature = range("temperature", f.temperature, 0.0, 2.0, 1.0)?;
-    let top_p = range("top_p", f.top_p, 0.0, 1.0, 1.0)?;
+    let temperature = range(
+        "temperature",
+        f.temperature.or(defaults.temperature),
+        0.0,
+        2.0,
+        1.0,
+    )?;
+    let top_p = range("top_p", f.top_p.or(defaults.top_p), 0.0, 1.0, 1.0)?;
     if top_p <= 0.0 {
         return Err(ApiError::invalid_param(
             "top_p",
@@ -68,7 +77,7 @@ pub fn validate(
     let presence_penalty = range("presence_penalty", f.presence_penalty, -2.0, 2.0, 0.0)?;
     let frequency_penalty = range("frequency_penalty", f.frequency_penalty, -2.0, 2.0, 0.0)?;
     let repetition_penalty = range("repetition_penalty", f.repetition_penalty, 0.01, 100.0, 1.0)?;
-    let top_k = match f.top_k.unwrap_or(0) {
+    let top_k = match f.top_k.or(defaults.top_k).unwrap_or(0) {
         -1 | 0 => 0,
         k if k > 0 && k <= u32::MAX as i64 => k as u32,
         k => {

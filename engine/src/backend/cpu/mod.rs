@@ -13,11 +13,12 @@ use crate::sampling::Logits;
 use kernels::*;
 use kv_store::KvStore;
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// A model's weights and its KV cache in host memory.
 pub struct CpuBackend {
     config: ModelConfig,
-    weights: ModelWeights,
+    weights: Arc<ModelWeights>,
     kv: KvStore,
     frequencies: Vec<f32>,
 }
@@ -40,7 +41,7 @@ impl CpuBackend {
     /// A backend for `weights` with `num_blocks` KV blocks of `block_size` tokens.
     pub fn new(
         config: ModelConfig,
-        weights: ModelWeights,
+        weights: Arc<ModelWeights>,
         num_blocks: usize,
         block_size: usize,
     ) -> Self {
