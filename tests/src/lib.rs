@@ -69,6 +69,7 @@ impl Process {
             })
             .args(args)
             .env("RUST_LOG", "warn")
+            .env("SWITCHYARD_CACHE_DIR", test_cache_dir())
             .stdout(Stdio::null())
             .spawn()
             .expect("switchyard starts");
@@ -99,6 +100,11 @@ impl Drop for Process {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The cache directory test processes use (the built-in model is written there).
+pub fn test_cache_dir() -> PathBuf {
+    std::env::temp_dir().join("switchyard-test-cache")
 }
 
 /// Waits up to 60 s for `GET base/health` to answer 200.

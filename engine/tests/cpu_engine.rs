@@ -1,0 +1,136 @@
+//! The engine core with the CPU backend's real math: prefix-cache hits and preemption must not
+//! change what the model computes.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use switchyard_engine::backend::cpu::CpuBackend;
+use switchyard_engine::backend::Backend;
+use switchyard_engine::core::{CoreConfig, EngineCore, NewSeq, SeqEvent};
+use switchyard_engine::model::{ModelConfig, ModelWeights};
+use switchyard_engine::sampling::{Sampled, SamplingParams, StopParams};
+
+const BLOCK_SIZE: usize = 4;
+
+fn model() -> (ModelConfig, Arc<ModelWeights>) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/golden/tiny-qwen3");
+    let config = ModelConfig::from_dir(&dir).unwrap();
+    let weights = Arc::new(ModelWeights::load(&dir, &config).unwrap());
+    (config, weights)
+}
+
+fn engine(num_blocks: usize) -> (EngineCore, CpuBackend) {
+    let (config, weights) = model();
+    let core = EngineCore::new(CoreConfig {
+        block_size: BLOCK_SIZE,
+        num_blocks,
+        prefix_caching: true,
+        max_num_batched_tokens: 64,
+        max_num_seqs: 16,
+        max_waiting_requests: 100,
+        max_model_len: 200,
+        trace: false,
+    });
+    (
+        core,
+        CpuBackend::new(config, weights, num_blocks, BLOCK_SIZE),
+    )
+}
+
+fn greedy(id: &str, prompt: Vec<u32>, max_tokens: u32) -> NewSeq {
+    NewSeq {
+        request_id: id.into(),
+        prompt,
+        sampling: SamplingParams {
+            logprobs: Some(8),
+            ..SamplingParams::greedy()
+        },
+        stop: StopParams {
+            max_tokens,
+            ignore_eos: true,
+            ..Default::default()
+        },
+        priority: 0,
+    }
+}
+
+/// Steps until idle; returns every sequence's sampled tokens and the prefix-cache hits.
+fn run(
+    core: &mut EngineCore,
+    backend: &mut CpuBackend,
+) -> (HashMap<u64, Vec<Sampled>>, usize, usize) {
+    let (mut out, mut hits, mut preemptions): (HashMap<u64, Vec<Sampled>>, usize, usize) =
+        Default::default();
+    let mut now = 0.0;
+    while let Some(plan) = core.plan(now) {
+        let output = backend.execute(&plan.batch);
+        now += 0.01;
+        let report = core.complete(plan, output, now);
+        hits += report.stats.prefix_hits;
+        preemptions += report.stats.preemptions;
+        for event in report.events {
+            if let SeqEvent::Token(id, sampled) = event {
+                out.entry(id).or_default().push(sampled);
+            }
+        }
+    }
+    (out, hits, preemptions)
+}
+
+#[test]
+fn a_prefix_cache_hit_gives_the_same_logits_as_recomputing() {
+    let prompt: Vec<u32> = (0..37).map(|t| (t * 7 % 64) as u32).collect();
+    let (mut core, mut backend) = engine(100);
+    let first = core.add(greedy("a", prompt.clone(), 3), 0.0).unwrap();
+    let (cold, hits, _) = run(&mut core, &mut backend);
+    assert_eq!(hits, 0);
+    let second = core.add(greedy("b", prompt, 3), 1.0).unwrap();
+    let (warm, hits, _) = run(&mut core, &mut backend);
+    assert_eq!(
+        hits, 36,
+        "every full block but the one holding the last prompt token"
+    );
+    for (a, b) in cold[&first].iter().zip(&warm[&second]) {
+        assert_eq!(a.token, b.token);
+        for (x, y) in a.top.iter().zip(&b.top) {
+            assert_eq!(x.0, y.0);
+            assert!((x.1 - y.1).abs() < 1e-5, "logprob {} vs {}", x.1, y.1);
+        }
+    }
+}
+
+#[test]
+fn preempted_requests_resume_to_the_same_greedy_tokens() {
+    let prompts: Vec<Vec<u32>> = (0..6)
+        .map(|i| (0..10).map(|t| ((t * 5 + i * 11) % 64) as u32).collect())
+        .collect();
+    let reference: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| {
+            let (mut core, mut backend) = engine(100);
+            let id = core.add(greedy("solo", p.clone(), 30), 0.0).unwrap();
+            run(&mut core, &mut backend).0[&id]
+                .iter()
+                .map(|s| s.token)
+                .collect()
+        })
+        .collect();
+    let (mut core, mut backend) = engine(24);
+    let ids: Vec<u64> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            core.add(greedy(&format!("r{i}"), p.clone(), 30), 0.0)
+                .unwrap()
+        })
+        .collect();
+    let (out, _, preemptions) = run(&mut core, &mut backend);
+    assert!(
+        preemptions > 0,
+        "24 blocks of 4 cannot hold 6 sequences of 40 tokens"
+    );
+    for (i, id) in ids.iter().enumerate() {
+        let tokens: Vec<u32> = out[id].iter().map(|s| s.token).collect();
+        assert_eq!(tokens, reference[i], "sequence {i}");
+    }
+}
