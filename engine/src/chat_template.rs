@@ -1,6 +1,7 @@
 //! Chat templates: Jinja templates from Hugging Face tokenizer configs, rendered with minijinja
 //! and the helpers real templates call (`raise_exception`, `tojson`, `strftime_now`).
 
+use minijinja::value::Kwargs;
 use minijinja::{Environment, Error, ErrorKind, Value};
 use serde::Serialize;
 
@@ -69,6 +70,7 @@ impl ChatTemplate {
         env.add_function("strftime_now", |format: String| -> String {
             chrono::Local::now().format(&format).to_string()
         });
+        env.add_filter("tojson", python_tojson);
         env.add_global("bos_token", bos.unwrap_or_default());
         env.add_global("eos_token", eos.unwrap_or_default());
         env.add_template_owned("chat", source.to_string())?;
@@ -92,6 +94,68 @@ impl ChatTemplate {
         self.env
             .get_template("chat")?
             .render(Value::from_serialize(&ctx))
+    }
+}
+
+/// `tojson` as transformers defines it: Python's `json.dumps` with `ensure_ascii=False`, keys in
+/// their given order, `", "` and `": "` separators, or `indent` spaces per level.
+fn python_tojson(value: Value, indent: Option<usize>, kwargs: Kwargs) -> Result<Value, Error> {
+    let indent = match kwargs.get::<Option<usize>>("indent")? {
+        Some(n) => Some(n),
+        None => indent,
+    };
+    kwargs.assert_all_used()?;
+    let mut out = Vec::new();
+    let result = match indent {
+        Some(n) => {
+            let pad = vec![b' '; n];
+            let mut ser = serde_json::Serializer::with_formatter(
+                &mut out,
+                serde_json::ser::PrettyFormatter::with_indent(&pad),
+            );
+            serde::Serialize::serialize(&value, &mut ser)
+        }
+        None => {
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonCompact);
+            serde::Serialize::serialize(&value, &mut ser)
+        }
+    };
+    result.map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    Ok(Value::from_safe_string(
+        String::from_utf8(out).unwrap_or_default(),
+    ))
+}
+
+/// Python's default `json.dumps` separators: `", "` between items, `": "` after keys.
+struct PythonCompact;
+
+impl serde_json::ser::Formatter for PythonCompact {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
     }
 }
 
@@ -139,6 +203,13 @@ mod tests {
             })
             .unwrap();
         assert_eq!(ok, "\"hi\"");
+        let json = ChatTemplate::new(
+            "{{ {'b': [1, 'x<'], 'a': none} | tojson }}|{{ [1] | tojson(indent=2) }}",
+        )
+        .unwrap()
+        .render(&TemplateInput::default())
+        .unwrap();
+        assert_eq!(json, "{\"b\": [1, \"x<\"], \"a\": null}|[\n  1\n]");
         let err = t
             .render(&TemplateInput {
                 messages: &[msg("system", "x")],
