@@ -3,6 +3,10 @@
 
 use crate::model::RopeScaling;
 
+/// Products smaller than this many multiply-adds run on one thread: splitting them costs more
+/// than it saves.
+const PARALLEL_MIN_MACS: usize = 1 << 20;
+
 /// `y[t, out] = x[t, in] · w[out, in]ᵀ`, with `w` row-major as checkpoints store it.
 pub fn matmul(x: &[f32], rows: usize, w: &[f32], out_dim: usize, in_dim: usize) -> Vec<f32> {
     assert_eq!(x.len(), rows * in_dim, "matmul input");
@@ -34,7 +38,11 @@ pub fn matmul(x: &[f32], rows: usize, w: &[f32], out_dim: usize, in_dim: usize) 
             false,
             false,
             false,
-            gemm::Parallelism::Rayon(0),
+            if rows * out_dim * in_dim < PARALLEL_MIN_MACS {
+                gemm::Parallelism::None
+            } else {
+                gemm::Parallelism::Rayon(0)
+            },
         );
     }
     y
