@@ -5,8 +5,10 @@
 //! - [`hashing`]: chained XXH3-64 block hashes, identical in engines, scheduler and gateway.
 //! - [`engine_state`]: the status snapshots an engine pushes to the scheduler.
 //! - [`kv_events`]: the prefix-cache events an engine pushes to the scheduler's index.
+//! - [`schedule`]: the schedule API between gateway and scheduler.
 
 pub mod engine_state;
 pub mod hashing;
 pub mod kv_events;
 pub mod openai;
+pub mod schedule;

@@ -1,0 +1,90 @@
+//! The schedule API between gateway and scheduler (`POST /v1/schedule`, `/v1/release`,
+//! `/v1/report`, `GET /v1/instances`), and the same operations in process.
+
+use serde::{Deserialize, Serialize};
+
+/// What a request will do on the instance it lands on (prefill/decode disaggregation).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum InferStage {
+    /// The whole request on one instance.
+    #[default]
+    Neutral,
+    /// Only the prefill.
+    Prefill,
+    /// Only the decode.
+    Decode,
+}
+
+impl InferStage {
+    /// The name used in metric labels (`infer_type`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InferStage::Neutral => "neutral",
+            InferStage::Prefill => "prefill",
+            InferStage::Decode => "decode",
+        }
+    }
+}
+
+/// Where should this request run?
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ScheduleRequest {
+    /// The request id (`x-request-id`), used to release and reconcile it.
+    pub request_id: String,
+    /// Served model name.
+    pub model: String,
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Chained hashes of the prompt's full blocks (see [`crate::hashing`]).
+    #[serde(default)]
+    pub block_hashes: Vec<u64>,
+    /// Most tokens it may generate.
+    #[serde(default)]
+    pub max_tokens: u32,
+    /// Lower runs first.
+    #[serde(default)]
+    pub priority: i64,
+    /// Which stage this placement is for.
+    #[serde(default)]
+    pub infer_stage: InferStage,
+    /// Instances not to use (they failed this request already).
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// The gateway asking, so its accounting can be reclaimed if it disappears.
+    #[serde(default)]
+    pub gateway: Option<String>,
+}
+
+/// The chosen instance.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ScheduleDecision {
+    /// Instance id.
+    pub instance_id: String,
+    /// Base URL of the instance.
+    pub endpoint: String,
+    /// Prompt tokens the instance is expected to have cached.
+    pub cached_tokens: u32,
+    /// Predicted time to first token, in milliseconds, when the policy predicts it.
+    #[serde(default)]
+    pub predicted_ttft_ms: Option<f64>,
+    /// Predicted time per output token, in milliseconds, when the policy predicts it.
+    #[serde(default)]
+    pub predicted_tpot_ms: Option<f64>,
+}
+
+/// Forget a request's dispatch (it finished, failed or was moved).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ReleaseRequest {
+    /// The request id.
+    pub request_id: String,
+}
+
+/// Progress of a request, from the gateway.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ReportRequest {
+    /// The request id.
+    pub request_id: String,
+    /// Tokens generated so far.
+    pub tokens_so_far: u32,
+}

@@ -1,0 +1,138 @@
+//! The cluster metadata store: every instance's description and its latest status.
+
+use crate::prefix_index::Slot;
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+use switchyard_protocol::engine_state::EngineStatus;
+use switchyard_protocol::schedule::InferStage;
+
+/// What kind of engine an instance runs, which decides how its state is read.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineKind {
+    /// switchyard's engine: state stream and KV events.
+    #[default]
+    Switchyard,
+    /// vLLM: `/metrics` scraped.
+    Vllm,
+    /// SGLang: `/metrics` scraped.
+    Sglang,
+    /// FastDeploy: `/metrics` scraped.
+    FastDeploy,
+    /// MindIE: `/metrics` scraped.
+    MindIe,
+}
+
+/// An instance's description.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct InstanceMeta {
+    /// Unique id (its endpoint unless configured otherwise).
+    pub id: String,
+    /// Base URL.
+    pub endpoint: String,
+    /// Served model name.
+    pub model: String,
+    /// Role in prefill/decode disaggregation.
+    pub role: InferStage,
+    /// Engine kind.
+    pub kind: EngineKind,
+}
+
+/// An instance as the scheduler knows it.
+#[derive(Debug, Clone)]
+pub struct InstanceState {
+    /// Description.
+    pub meta: InstanceMeta,
+    /// Index in the prefix index.
+    pub slot: Slot,
+    /// Latest status, if any arrived.
+    pub status: Option<EngineStatus>,
+    /// When the latest status arrived, in the scheduler's clock.
+    pub status_time: f64,
+    /// Whether its last contact succeeded.
+    pub reachable: bool,
+}
+
+impl InstanceState {
+    /// Whether it may take requests at `now`: reachable and with a status younger than `staleness`.
+    pub fn schedulable(&self, now: f64, staleness: f64) -> bool {
+        self.reachable && self.status.is_some() && now - self.status_time <= staleness
+    }
+}
+
+/// Every known instance.
+#[derive(Debug, Default)]
+pub struct Cms {
+    instances: FxHashMap<String, InstanceState>,
+    free_slots: Vec<Slot>,
+    next_slot: Slot,
+}
+
+impl Cms {
+    /// Adds an instance (unschedulable until its first status) or updates its description;
+    /// returns its prefix-index slot.
+    pub fn upsert(&mut self, meta: InstanceMeta) -> Slot {
+        if let Some(state) = self.instances.get_mut(&meta.id) {
+            state.meta = meta;
+            return state.slot;
+        }
+        let slot = self.free_slots.pop().unwrap_or_else(|| {
+            self.next_slot += 1;
+            self.next_slot - 1
+        });
+        self.instances.insert(
+            meta.id.clone(),
+            InstanceState {
+                meta,
+                slot,
+                status: None,
+                status_time: f64::NEG_INFINITY,
+                reachable: true,
+            },
+        );
+        slot
+    }
+
+    /// Forgets an instance; returns its state so the caller can drop its index entries.
+    pub fn remove(&mut self, id: &str) -> Option<InstanceState> {
+        let state = self.instances.remove(id)?;
+        self.free_slots.push(state.slot);
+        Some(state)
+    }
+
+    /// Stores a new status.
+    pub fn update_status(&mut self, id: &str, status: EngineStatus, now: f64) {
+        if let Some(state) = self.instances.get_mut(id) {
+            state.status = Some(status);
+            state.status_time = now;
+            state.reachable = true;
+        }
+    }
+
+    /// Marks an instance unreachable (unschedulable until its next status).
+    pub fn mark_unreachable(&mut self, id: &str) {
+        if let Some(state) = self.instances.get_mut(id) {
+            state.reachable = false;
+        }
+    }
+
+    /// An instance.
+    pub fn get(&self, id: &str) -> Option<&InstanceState> {
+        self.instances.get(id)
+    }
+
+    /// Every instance.
+    pub fn iter(&self) -> impl Iterator<Item = &InstanceState> {
+        self.instances.values()
+    }
+
+    /// Number of instances.
+    pub fn len(&self) -> usize {
+        self.instances.len()
+    }
+
+    /// Whether no instance is known.
+    pub fn is_empty(&self) -> bool {
+        self.instances.is_empty()
+    }
+}

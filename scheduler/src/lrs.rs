@@ -1,0 +1,203 @@
+//! Local real-time state: what this scheduler dispatched that the engines have not reported yet.
+//!
+//! Between two status snapshots an engine's counts do not include the requests just sent to it;
+//! without this account a burst would land on the instance that looked idle. A dispatch is
+//! counted against its instance until the engine reports it admitted, the gateway releases it,
+//! or it expires.
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+/// One dispatched request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dispatch {
+    /// The instance it went to.
+    pub instance: String,
+    /// Its prompt tokens.
+    pub prompt_tokens: u32,
+    /// Prompt tokens not cached on that instance.
+    pub uncached_tokens: u32,
+    /// The gateway that sent it.
+    pub gateway: Option<String>,
+    /// When it was dispatched.
+    pub at: f64,
+    /// Whether the engine has reported it (it is then in the engine's own counts).
+    pub reported: bool,
+}
+
+/// Unreported dispatches of one instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct InFlight {
+    /// Requests.
+    pub requests: u32,
+    /// Their prompt tokens.
+    pub prompt_tokens: u64,
+    /// Their uncached prompt tokens (prefill work still to come).
+    pub uncached_tokens: u64,
+}
+
+/// Every live dispatch.
+#[derive(Debug, Default)]
+pub struct Lrs {
+    dispatches: FxHashMap<String, Dispatch>,
+    per_instance: FxHashMap<String, InFlight>,
+}
+
+impl Lrs {
+    /// Counts a dispatch against its instance.
+    pub fn dispatch(&mut self, request_id: &str, dispatch: Dispatch) {
+        self.release(request_id);
+        let account = self
+            .per_instance
+            .entry(dispatch.instance.clone())
+            .or_default();
+        account.requests += 1;
+        account.prompt_tokens += dispatch.prompt_tokens as u64;
+        account.uncached_tokens += dispatch.uncached_tokens as u64;
+        self.dispatches.insert(request_id.to_string(), dispatch);
+    }
+
+    fn uncount(&mut self, d: &Dispatch) {
+        if let Some(account) = self.per_instance.get_mut(&d.instance) {
+            account.requests -= 1;
+            account.prompt_tokens -= d.prompt_tokens as u64;
+            account.uncached_tokens -= d.uncached_tokens as u64;
+            if account.requests == 0 {
+                self.per_instance.remove(&d.instance);
+            }
+        }
+    }
+
+    /// The engine of `instance` reported `request_id` (admitted): stop counting it here.
+    pub fn reported(&mut self, instance: &str, request_id: &str) {
+        let Some(d) = self.dispatches.get_mut(request_id) else {
+            return;
+        };
+        if d.instance != instance || d.reported {
+            return;
+        }
+        d.reported = true;
+        let d = d.clone();
+        self.uncount(&d);
+    }
+
+    /// Forgets a request (finished, failed or moved).
+    pub fn release(&mut self, request_id: &str) -> Option<Dispatch> {
+        let d = self.dispatches.remove(request_id)?;
+        if !d.reported {
+            self.uncount(&d);
+        }
+        Some(d)
+    }
+
+    /// Stops counting unreported dispatches older than `ttl` and forgets any older than
+    /// `forget_after` (requests whose release never came).
+    pub fn expire(&mut self, now: f64, ttl: f64, forget_after: f64) {
+        let stale: Vec<String> = self
+            .dispatches
+            .iter()
+            .filter(|(_, d)| (!d.reported && now - d.at > ttl) || now - d.at > forget_after)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in stale {
+            let d = self.dispatches.get(&id).expect("listed").clone();
+            if now - d.at > forget_after {
+                self.release(&id);
+            } else {
+                self.reported(&d.instance, &id);
+            }
+        }
+    }
+
+    /// Releases every request of a gateway that went away.
+    pub fn reclaim_gateway(&mut self, gateway: &str) -> usize {
+        let ids: Vec<String> = self
+            .dispatches
+            .iter()
+            .filter(|(_, d)| d.gateway.as_deref() == Some(gateway))
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.iter().for_each(|id| {
+            self.release(id);
+        });
+        ids.len()
+    }
+
+    /// Forgets every dispatch to an instance that was removed.
+    pub fn remove_instance(&mut self, instance: &str) {
+        self.dispatches.retain(|_, d| d.instance != instance);
+        self.per_instance.remove(instance);
+    }
+
+    /// Unreported dispatches of an instance.
+    pub fn in_flight(&self, instance: &str) -> InFlight {
+        self.per_instance.get(instance).copied().unwrap_or_default()
+    }
+
+    /// A live dispatch.
+    pub fn get(&self, request_id: &str) -> Option<&Dispatch> {
+        self.dispatches.get(request_id)
+    }
+
+    /// Live dispatches.
+    pub fn len(&self) -> usize {
+        self.dispatches.len()
+    }
+
+    /// Whether nothing is dispatched.
+    pub fn is_empty(&self) -> bool {
+        self.dispatches.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(instance: &str, at: f64, gateway: Option<&str>) -> Dispatch {
+        Dispatch {
+            instance: instance.into(),
+            prompt_tokens: 100,
+            uncached_tokens: 60,
+            gateway: gateway.map(String::from),
+            at,
+            reported: false,
+        }
+    }
+
+    #[test]
+    fn reconcile_release_expire_reclaim() {
+        let mut lrs = Lrs::default();
+        lrs.dispatch("a", d("i1", 0.0, Some("g1")));
+        lrs.dispatch("b", d("i1", 0.0, Some("g2")));
+        lrs.dispatch("c", d("i2", 0.0, Some("g1")));
+        assert_eq!(
+            lrs.in_flight("i1"),
+            InFlight {
+                requests: 2,
+                prompt_tokens: 200,
+                uncached_tokens: 120
+            }
+        );
+        lrs.reported("i1", "a");
+        lrs.reported("i1", "a");
+        lrs.reported("i2", "b");
+        assert_eq!(
+            lrs.in_flight("i1").requests,
+            1,
+            "reported once, by its own instance only"
+        );
+        lrs.release("a");
+        assert_eq!(
+            lrs.in_flight("i1").requests,
+            1,
+            "releasing a reported request changes no count"
+        );
+        lrs.expire(5.0, 2.0, 600.0);
+        assert_eq!(lrs.in_flight("i1").requests, 0, "unreported past the TTL");
+        assert_eq!(lrs.len(), 2, "still known until released");
+        assert_eq!(lrs.reclaim_gateway("g1"), 1);
+        lrs.expire(700.0, 2.0, 600.0);
+        assert!(lrs.is_empty());
+    }
+}
