@@ -2,11 +2,19 @@
 //!
 //! - [`cms`]: every instance's description and latest status.
 //! - [`lrs`]: what this scheduler dispatched that engines have not reported yet.
+//! - [`predictor`]: step-time fits and the TTFT / TPOT predictions built on them.
 //! - [`prefix_index`]: which instance holds which prefix block.
+//! - [`policy`]: candidate metrics, filters and selectors.
+//! - [`scheduler`]: all of the above behind schedule / release / report.
 //!
 //! Every function here takes the time as an argument and never reads a clock, so the same code
 //! runs behind the HTTP service and under the cluster simulator's virtual clock.
 
 pub mod cms;
 pub mod lrs;
+pub mod policy;
+pub mod predictor;
 pub mod prefix_index;
+pub mod scheduler;
+
+pub use scheduler::{Placement, ScheduleError, Scheduler, SchedulerConfig};

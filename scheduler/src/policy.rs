@@ -1,0 +1,154 @@
+//! Placement policies: metrics for each candidate, hard and soft filters, and a selector.
+
+use serde::{Deserialize, Serialize};
+use std::str::FromStr;
+
+/// How to pick among the instances that survive the filters.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Policy {
+    /// The next instance in turn.
+    RoundRobin,
+    /// Fewest requests (running, waiting and in flight).
+    LeastRequests,
+    /// Fewest tokens (KV in use, queued prefill and in flight).
+    LeastTokens,
+    /// The less loaded of two random instances.
+    PowerOfTwo,
+    /// Fewest prompt tokens to compute: this request's uncached tokens plus the prefill queue.
+    CacheAware,
+    /// Lowest predicted TTFT among instances whose predicted TPOT stays inside the SLO.
+    Predictive,
+}
+
+impl FromStr for Policy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "round-robin" => Policy::RoundRobin,
+            "least-load" | "least-requests" => Policy::LeastRequests,
+            "least-tokens" => Policy::LeastTokens,
+            "power-of-two" => Policy::PowerOfTwo,
+            "cache-aware" => Policy::CacheAware,
+            "predictive" => Policy::Predictive,
+            other => {
+                return Err(format!(
+                    "unknown policy {other:?} (round-robin, least-load, least-tokens, power-of-two, cache-aware, predictive)"
+                ))
+            }
+        })
+    }
+}
+
+/// What the selector knows about one candidate instance for one request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct CandidateMetrics {
+    /// Requests running, waiting and in flight.
+    pub requests: f64,
+    /// Requests waiting in the engine plus those in flight.
+    pub queued: f64,
+    /// Projected KV usage, 0 to 1 (used + queued prefill + in flight, over capacity).
+    pub kv_usage_projected: f64,
+    /// Prefill tokens queued on the instance (engine's and in flight).
+    pub all_prefill_tokens: f64,
+    /// Sequences decoding, plus in-flight requests that will.
+    pub decode_batch: f64,
+    /// Context tokens of decoding sequences.
+    pub decode_tokens: f64,
+    /// This request's prompt tokens found in the instance's cache.
+    pub cached_tokens: f64,
+    /// This request's prompt tokens the instance would have to compute.
+    pub uncached_tokens: f64,
+    /// Predicted time to first token, seconds.
+    pub predicted_ttft: f64,
+    /// Predicted time per output token, seconds.
+    pub predicted_tpot: f64,
+}
+
+/// Load limits that filter candidates in a first pass (dropped when nothing passes them).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SoftLimits {
+    /// Highest projected KV usage.
+    pub max_kv_usage: f64,
+    /// Most queued requests.
+    pub max_queued: f64,
+}
+
+impl Default for SoftLimits {
+    fn default() -> Self {
+        SoftLimits {
+            max_kv_usage: 0.95,
+            max_queued: 64.0,
+        }
+    }
+}
+
+impl SoftLimits {
+    /// Whether a candidate is inside the limits.
+    pub fn admits(&self, m: &CandidateMetrics) -> bool {
+        m.kv_usage_projected <= self.max_kv_usage && m.queued <= self.max_queued
+    }
+}
+
+impl Policy {
+    /// The selection key of a candidate (lower is better, compared in order).
+    pub fn key(&self, m: &CandidateMetrics) -> [f64; 3] {
+        match self {
+            Policy::RoundRobin => [0.0; 3],
+            Policy::LeastRequests | Policy::PowerOfTwo => [m.requests, m.kv_usage_projected, 0.0],
+            Policy::LeastTokens => [m.kv_usage_projected, m.all_prefill_tokens, m.requests],
+            Policy::CacheAware => [m.uncached_tokens + m.all_prefill_tokens, m.requests, 0.0],
+            Policy::Predictive => [m.predicted_ttft, m.predicted_tpot, m.requests],
+        }
+    }
+}
+
+/// Index of the best key; ties are broken by `draw` (a random number) among the tied.
+pub fn select(keys: &[[f64; 3]], draw: u64) -> Option<usize> {
+    let best = keys
+        .iter()
+        .copied()
+        .min_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal))?;
+    let tied: Vec<usize> = (0..keys.len()).filter(|&i| keys[i] == best).collect();
+    Some(tied[(draw % tied.len() as u64) as usize])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(requests: f64, uncached: f64, prefill: f64, ttft: f64) -> CandidateMetrics {
+        CandidateMetrics {
+            requests,
+            uncached_tokens: uncached,
+            all_prefill_tokens: prefill,
+            predicted_ttft: ttft,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn each_policy_prefers_what_it_should() {
+        let candidates = [
+            m(5.0, 100.0, 0.0, 0.9),
+            m(1.0, 4000.0, 0.0, 0.5),
+            m(2.0, 100.0, 8000.0, 0.2),
+        ];
+        let pick = |p: Policy| select(&candidates.map(|c| p.key(&c)), 0).unwrap();
+        assert_eq!(pick(Policy::LeastRequests), 1);
+        assert_eq!(
+            pick(Policy::CacheAware),
+            0,
+            "cached prefix and an empty prefill queue"
+        );
+        assert_eq!(pick(Policy::Predictive), 2);
+    }
+
+    #[test]
+    fn ties_are_broken_by_the_draw() {
+        let keys = [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]];
+        assert_eq!(select(&keys, 0), Some(1));
+        assert_eq!(select(&keys, 1), Some(2));
+        assert_eq!(select(&[], 0), None);
+    }
+}

@@ -1,0 +1,436 @@
+//! The scheduler: CMS, LRS, prefix index and predictor behind schedule / release / report.
+
+use crate::cms::{Cms, EngineKind, InstanceMeta, InstanceState};
+use crate::lrs::{Dispatch, InFlight, Lrs};
+use crate::policy::{select, CandidateMetrics, Policy, SoftLimits};
+use crate::predictor::{predict_tpot, predict_ttft, QueueShape, StepTimeFit, DEFAULT_PRIOR};
+use crate::prefix_index::{IndexError, PrefixIndex, Slot};
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use switchyard_protocol::engine_state::EngineStatus;
+use switchyard_protocol::kv_events::{KvEvent, StoredBlock};
+use switchyard_protocol::schedule::{InferStage, ScheduleDecision, ScheduleRequest};
+
+/// Settings of a scheduler.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerConfig {
+    /// The placement policy.
+    pub policy: Policy,
+    /// Statuses older than this many seconds make an instance unschedulable.
+    pub staleness: f64,
+    /// Unreported dispatches stop counting after this many seconds.
+    pub dispatch_ttl: f64,
+    /// Dispatches never released are forgotten after this many seconds.
+    pub dispatch_forget: f64,
+    /// Soft load limits.
+    pub soft_limits: SoftLimits,
+    /// Tokens per block of the hashes in requests.
+    pub block_size: u32,
+    /// With `Predictive`: the TPOT service-level objective, seconds.
+    pub tpot_slo: Option<f64>,
+    /// With `Predictive` and a TPOT SLO: answer "no capacity" when no instance meets it.
+    pub slo_admission: bool,
+    /// Routed prefix entries (engines without KV events) live this many seconds.
+    pub routed_ttl: f64,
+    /// Routed prefix entries kept per instance.
+    pub routed_capacity: usize,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            policy: Policy::CacheAware,
+            staleness: 5.0,
+            dispatch_ttl: 10.0,
+            dispatch_forget: 3600.0,
+            soft_limits: SoftLimits::default(),
+            block_size: 16,
+            tpot_slo: None,
+            slo_admission: false,
+            routed_ttl: 600.0,
+            routed_capacity: 1 << 20,
+        }
+    }
+}
+
+/// Why no instance was chosen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    /// No instance serves the model (or all are excluded).
+    #[error("no instance serves model {0:?}")]
+    EndpointNotFound(String),
+    /// Instances exist but none is schedulable (stale or unreachable).
+    #[error("no available instance for model {0:?}")]
+    NoAvailableEndpoint(String),
+    /// With SLO admission: no instance would meet the SLO.
+    #[error("every instance is too busy to meet the SLO")]
+    AllEndpointsBusy,
+}
+
+impl ScheduleError {
+    /// The `error_type` label of `scheduler_scheduling_failed_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ScheduleError::EndpointNotFound(_) => "endpoint_not_found",
+            ScheduleError::NoAvailableEndpoint(_) => "no_available_endpoint",
+            ScheduleError::AllEndpointsBusy => "all_endpoints_busy",
+        }
+    }
+}
+
+/// A placement with the metrics it was chosen on (for metrics and the response).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placement {
+    /// The answer to the gateway.
+    pub decision: ScheduleDecision,
+    /// The chosen instance's metrics.
+    pub metrics: CandidateMetrics,
+    /// The best cached share of the prompt over all candidates, 0 to 1.
+    pub best_hit_ratio: f64,
+}
+
+/// An instance as `GET /v1/instances` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct InstanceView {
+    /// Description.
+    pub meta: InstanceMeta,
+    /// Whether it may take requests now.
+    pub schedulable: bool,
+    /// Seconds since its latest status.
+    pub status_age: Option<f64>,
+    /// Latest status.
+    pub status: Option<EngineStatus>,
+    /// Unreported dispatches.
+    pub in_flight: InFlight,
+    /// Blocks in the prefix index.
+    pub indexed_blocks: usize,
+    /// Step-time samples learned from.
+    pub predictor_samples: u64,
+}
+
+/// The scheduler of one cluster.
+pub struct Scheduler {
+    config: SchedulerConfig,
+    cms: Cms,
+    lrs: Lrs,
+    index: PrefixIndex,
+    fits: FxHashMap<String, StepTimeFit>,
+    round_robin: u64,
+    rng: SmallRng,
+    hits: Vec<(Slot, u32)>,
+}
+
+impl Scheduler {
+    /// A scheduler with no instances; `seed` fixes its tie-breaking draws.
+    pub fn new(config: SchedulerConfig, seed: u64) -> Self {
+        Scheduler {
+            index: PrefixIndex::new(config.routed_ttl, config.routed_capacity),
+            config,
+            cms: Cms::default(),
+            lrs: Lrs::default(),
+            fits: FxHashMap::default(),
+            round_robin: 0,
+            rng: SmallRng::seed_from_u64(seed),
+            hits: Vec::new(),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    /// Adds or updates an instance (unschedulable until its first status).
+    pub fn add_instance(&mut self, meta: InstanceMeta) {
+        self.cms.upsert(meta);
+    }
+
+    /// Forgets an instance with its index entries and dispatches.
+    pub fn remove_instance(&mut self, id: &str) {
+        if let Some(state) = self.cms.remove(id) {
+            self.index.remove_instance(state.slot);
+            self.lrs.remove_instance(id);
+            self.fits.remove(id);
+        }
+    }
+
+    /// Ids of every known instance.
+    pub fn instance_ids(&self) -> Vec<String> {
+        self.cms.iter().map(|s| s.meta.id.clone()).collect()
+    }
+
+    /// An instance's state.
+    pub fn instance(&self, id: &str) -> Option<&InstanceState> {
+        self.cms.get(id)
+    }
+
+    /// A new status from an instance: stored, its admitted ids reconciled, its steps learned.
+    pub fn on_status(&mut self, id: &str, status: EngineStatus, now: f64) {
+        if self.cms.get(id).is_none() {
+            return;
+        }
+        for rid in &status.admitted {
+            self.lrs.reported(id, rid);
+        }
+        let fit = self
+            .fits
+            .entry(id.to_string())
+            .or_insert_with(|| StepTimeFit::new(DEFAULT_PRIOR));
+        status.steps.iter().for_each(|s| fit.observe(s));
+        self.cms.update_status(id, status, now);
+    }
+
+    /// An instance could not be reached.
+    pub fn on_unreachable(&mut self, id: &str) {
+        self.cms.mark_unreachable(id);
+    }
+
+    /// KV events of an instance; a gap means the caller must resync from a snapshot.
+    pub fn on_kv_events(&mut self, id: &str, events: &[KvEvent]) -> Result<(), IndexError> {
+        match self.cms.get(id) {
+            Some(state) => self.index.apply(state.slot, events),
+            None => Ok(()),
+        }
+    }
+
+    /// A snapshot of an instance's cache, replacing its exact index entries.
+    pub fn on_kv_snapshot(&mut self, id: &str, seq: u64, blocks: &[StoredBlock]) {
+        if let Some(state) = self.cms.get(id) {
+            self.index.resync(state.slot, seq, blocks);
+        }
+    }
+
+    /// Expires unreported dispatches and old routed prefix entries.
+    pub fn tick(&mut self, now: f64) {
+        self.lrs
+            .expire(now, self.config.dispatch_ttl, self.config.dispatch_forget);
+        self.index.expire(now);
+    }
+
+    /// Releases a request's dispatch.
+    pub fn release(&mut self, request_id: &str) {
+        self.lrs.release(request_id);
+    }
+
+    /// Progress from the gateway: a request that produced tokens has been admitted.
+    pub fn report(&mut self, request_id: &str, tokens_so_far: u32) {
+        if tokens_so_far > 0 {
+            if let Some(d) = self.lrs.get(request_id) {
+                let instance = d.instance.clone();
+                self.lrs.reported(&instance, request_id);
+            }
+        }
+    }
+
+    /// Releases every dispatch of a gateway that went away.
+    pub fn reclaim_gateway(&mut self, gateway: &str) -> usize {
+        self.lrs.reclaim_gateway(gateway)
+    }
+
+    /// Picks the instance for a request and accounts the dispatch against it.
+    pub fn schedule(
+        &mut self,
+        req: &ScheduleRequest,
+        now: f64,
+    ) -> Result<Placement, ScheduleError> {
+        let mut serving = 0;
+        let mut candidates: Vec<(&InstanceState, CandidateMetrics)> = Vec::new();
+        self.index.lookup(&req.block_hashes, now, &mut self.hits);
+        let block = self.config.block_size as f64;
+        let prompt = req.prompt_tokens as f64;
+        for state in self.cms.iter() {
+            if state.meta.model != req.model
+                || !role_fits(state.meta.role, req.infer_stage)
+                || req.exclude.contains(&state.meta.id)
+            {
+                continue;
+            }
+            serving += 1;
+            if !state.schedulable(now, self.config.staleness) {
+                continue;
+            }
+            let cached_blocks = self
+                .hits
+                .iter()
+                .find(|h| h.0 == state.slot)
+                .map_or(0, |h| h.1);
+            let cached = (cached_blocks as f64 * block)
+                .min(prompt.max(1.0) - 1.0)
+                .max(0.0);
+            let metrics = candidate_metrics(
+                state,
+                self.lrs.in_flight(&state.meta.id),
+                cached,
+                prompt,
+                self.fits.get(&state.meta.id),
+            );
+            candidates.push((state, metrics));
+        }
+        if serving == 0 {
+            return Err(ScheduleError::EndpointNotFound(req.model.clone()));
+        }
+        if candidates.is_empty() {
+            return Err(ScheduleError::NoAvailableEndpoint(req.model.clone()));
+        }
+        let best_hit_ratio = if prompt > 0.0 {
+            candidates
+                .iter()
+                .map(|c| c.1.cached_tokens)
+                .fold(0.0, f64::max)
+                / prompt
+        } else {
+            0.0
+        };
+        if self.config.policy == Policy::Predictive {
+            if let Some(slo) = self.config.tpot_slo {
+                let inside: Vec<_> = candidates
+                    .iter()
+                    .filter(|c| c.1.predicted_tpot <= slo)
+                    .cloned()
+                    .collect();
+                if inside.is_empty() && self.config.slo_admission {
+                    return Err(ScheduleError::AllEndpointsBusy);
+                }
+                if !inside.is_empty() {
+                    candidates = inside;
+                }
+            }
+        }
+        let soft: Vec<_> = candidates
+            .iter()
+            .filter(|c| self.config.soft_limits.admits(&c.1))
+            .cloned()
+            .collect();
+        if !soft.is_empty() {
+            candidates = soft;
+        }
+        candidates.sort_by(|a, b| a.0.meta.id.cmp(&b.0.meta.id));
+        let chosen = match self.config.policy {
+            Policy::RoundRobin => {
+                self.round_robin = self.round_robin.wrapping_add(1);
+                (self.round_robin % candidates.len() as u64) as usize
+            }
+            Policy::PowerOfTwo => {
+                let a = self.rng.random_range(0..candidates.len());
+                let b = self.rng.random_range(0..candidates.len());
+                let keys = [a, b].map(|i| self.config.policy.key(&candidates[i].1));
+                [a, b][select(&keys, self.rng.random()).expect("two keys")]
+            }
+            policy => {
+                let keys: Vec<[f64; 3]> = candidates.iter().map(|c| policy.key(&c.1)).collect();
+                select(&keys, self.rng.random()).expect("candidates exist")
+            }
+        };
+        let (state, metrics) = candidates.swap_remove(chosen);
+        let decision = ScheduleDecision {
+            instance_id: state.meta.id.clone(),
+            endpoint: state.meta.endpoint.clone(),
+            cached_tokens: metrics.cached_tokens as u32,
+            predicted_ttft_ms: Some(metrics.predicted_ttft * 1000.0),
+            predicted_tpot_ms: Some(metrics.predicted_tpot * 1000.0),
+        };
+        let (slot, kind) = (state.slot, state.meta.kind);
+        self.lrs.dispatch(
+            &req.request_id,
+            Dispatch {
+                instance: decision.instance_id.clone(),
+                prompt_tokens: req.prompt_tokens,
+                uncached_tokens: metrics.uncached_tokens as u32,
+                gateway: req.gateway.clone(),
+                at: now,
+                reported: false,
+            },
+        );
+        if kind != EngineKind::Switchyard {
+            self.index.record_route(slot, &req.block_hashes, now);
+        }
+        Ok(Placement {
+            decision,
+            metrics,
+            best_hit_ratio,
+        })
+    }
+
+    /// Every instance as `GET /v1/instances` shows it.
+    pub fn instances_view(&self, now: f64) -> Vec<InstanceView> {
+        let mut views: Vec<InstanceView> = self
+            .cms
+            .iter()
+            .map(|s| InstanceView {
+                meta: s.meta.clone(),
+                schedulable: s.schedulable(now, self.config.staleness),
+                status_age: s.status.as_ref().map(|_| now - s.status_time),
+                status: s.status.clone(),
+                in_flight: self.lrs.in_flight(&s.meta.id),
+                indexed_blocks: self.index.len_of(s.slot),
+                predictor_samples: self.fits.get(&s.meta.id).map_or(0, |f| f.samples()),
+            })
+            .collect();
+        views.sort_by(|a, b| a.meta.id.cmp(&b.meta.id));
+        views
+    }
+
+    /// Live dispatches.
+    pub fn dispatches(&self) -> usize {
+        self.lrs.len()
+    }
+}
+
+/// Whether an instance of `role` may serve `stage`.
+fn role_fits(role: InferStage, stage: InferStage) -> bool {
+    role == stage || role == InferStage::Neutral
+}
+
+/// Llumnix's load metrics of one candidate (S = engine status, L = in-flight dispatches).
+fn candidate_metrics(
+    state: &InstanceState,
+    inflight: InFlight,
+    cached: f64,
+    prompt: f64,
+    fit: Option<&StepTimeFit>,
+) -> CandidateMetrics {
+    let s = state
+        .status
+        .as_ref()
+        .expect("schedulable instances have a status");
+    let total = (s.total_kv_tokens as f64).max(1.0);
+    let all_prefill =
+        (s.waiting_prefill_tokens + s.running_prefill_tokens + inflight.uncached_tokens) as f64;
+    let decode_batch = (s.num_decoding + inflight.requests) as f64;
+    let queued = (s.num_waiting + s.num_swapped + inflight.requests) as f64;
+    let uncached = (prompt - cached).max(0.0);
+    let mut m = CandidateMetrics {
+        requests: (s.num_running as f64) + queued,
+        queued,
+        kv_usage_projected: (s.used_kv_tokens as f64
+            + (s.waiting_prefill_tokens + s.running_prefill_tokens) as f64
+            + inflight.prompt_tokens as f64)
+            / total,
+        all_prefill_tokens: all_prefill,
+        decode_batch,
+        decode_tokens: s.decode_tokens as f64,
+        cached_tokens: cached,
+        uncached_tokens: uncached,
+        ..Default::default()
+    };
+    let default_fit;
+    let fit = match fit {
+        Some(f) => f,
+        None => {
+            default_fit = StepTimeFit::new(DEFAULT_PRIOR);
+            &default_fit
+        }
+    };
+    let shape = QueueShape {
+        prefill_ahead: all_prefill,
+        own_prefill: uncached,
+        decode_batch,
+        decode_context: s.decode_tokens as f64,
+        prompt_tokens: prompt,
+        max_batched_tokens: s.max_num_batched_tokens.max(1) as f64,
+    };
+    m.predicted_ttft = predict_ttft(fit, &shape);
+    m.predicted_tpot = predict_tpot(fit, &shape);
+    m
+}

@@ -1,0 +1,259 @@
+//! The scheduler on constructed cluster states.
+
+use std::collections::HashMap;
+use switchyard_protocol::engine_state::EngineStatus;
+use switchyard_protocol::hashing::block_hashes;
+use switchyard_protocol::kv_events::{KvEvent, KvEventKind, StoredBlock};
+use switchyard_protocol::schedule::{InferStage, ScheduleRequest};
+use switchyard_scheduler::cms::{EngineKind, InstanceMeta};
+use switchyard_scheduler::policy::Policy;
+use switchyard_scheduler::{ScheduleError, Scheduler, SchedulerConfig};
+
+fn idle() -> EngineStatus {
+    EngineStatus {
+        total_kv_tokens: 100_000,
+        block_size: 16,
+        max_num_batched_tokens: 8192,
+        max_num_seqs: 256,
+        ..Default::default()
+    }
+}
+
+fn cluster(policy: Policy, n: usize) -> Scheduler {
+    let mut s = Scheduler::new(
+        SchedulerConfig {
+            policy,
+            ..Default::default()
+        },
+        7,
+    );
+    for i in 0..n {
+        let id = format!("i{i}");
+        s.add_instance(InstanceMeta {
+            id: id.clone(),
+            endpoint: format!("http://127.0.0.1:{}", 9000 + i),
+            model: "m".into(),
+            role: InferStage::Neutral,
+            kind: EngineKind::Switchyard,
+        });
+        s.on_status(&id, idle(), 0.0);
+    }
+    s
+}
+
+fn request(id: &str, prompt: &[u32]) -> ScheduleRequest {
+    ScheduleRequest {
+        request_id: id.into(),
+        model: "m".into(),
+        prompt_tokens: prompt.len() as u32,
+        block_hashes: block_hashes(prompt, 16),
+        max_tokens: 100,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_burst_spreads_evenly_over_idle_instances() {
+    for policy in [
+        Policy::LeastRequests,
+        Policy::CacheAware,
+        Policy::LeastTokens,
+        Policy::Predictive,
+        Policy::RoundRobin,
+    ] {
+        let mut s = cluster(policy, 4);
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        for r in 0..100 {
+            let prompt: Vec<u32> = (0..300).map(|t| t + r * 1000).collect();
+            let placed = s
+                .schedule(&request(&format!("r{r}"), &prompt), 0.1)
+                .unwrap();
+            *counts.entry(placed.decision.instance_id).or_default() += 1;
+        }
+        let mut spread: Vec<usize> = counts.values().copied().collect();
+        spread.sort();
+        assert_eq!(spread, vec![25, 25, 25, 25], "{policy:?}");
+        assert_eq!(s.dispatches(), 100);
+    }
+}
+
+#[test]
+fn stale_unreachable_and_excluded_instances_are_skipped() {
+    let mut s = cluster(Policy::LeastRequests, 3);
+    s.on_unreachable("i0");
+    s.on_status("i1", idle(), 100.0);
+    s.on_status("i2", idle(), 100.0);
+    s.on_unreachable("i2");
+    // At 103 s: i0 unreachable, i2 unreachable, i1 fresh.
+    for r in 0..5 {
+        let placed = s
+            .schedule(&request(&format!("a{r}"), &[1, 2, 3]), 103.0)
+            .unwrap();
+        assert_eq!(placed.decision.instance_id, "i1");
+    }
+    let mut excluded = request("b", &[1, 2, 3]);
+    excluded.exclude = vec!["i1".into()];
+    assert_eq!(
+        s.schedule(&excluded, 103.0),
+        Err(ScheduleError::NoAvailableEndpoint("m".into()))
+    );
+    // i1's status goes stale after the staleness window.
+    assert!(matches!(
+        s.schedule(&request("c", &[1]), 110.0),
+        Err(ScheduleError::NoAvailableEndpoint(_))
+    ));
+    let mut other = request("d", &[1]);
+    other.model = "other".into();
+    assert_eq!(
+        s.schedule(&other, 103.0),
+        Err(ScheduleError::EndpointNotFound("other".into()))
+    );
+}
+
+#[test]
+fn cache_aware_follows_the_prefix_until_the_queue_outweighs_it() {
+    let mut s = cluster(Policy::CacheAware, 3);
+    let prompt: Vec<u32> = (0..4000).collect();
+    let hashes = block_hashes(&prompt, 16);
+    let events: Vec<KvEvent> = hashes
+        .iter()
+        .enumerate()
+        .map(|(i, &hash)| KvEvent {
+            seq: i as u64 + 1,
+            kind: KvEventKind::Stored(StoredBlock {
+                hash,
+                parent: None,
+                token_count: 16,
+            }),
+        })
+        .collect();
+    s.on_kv_events("i2", &events).unwrap();
+    let placed = s.schedule(&request("a", &prompt), 0.5).unwrap();
+    assert_eq!(placed.decision.instance_id, "i2");
+    assert_eq!(
+        placed.decision.cached_tokens, 3999,
+        "all but the last token"
+    );
+    s.release("a");
+    // i2 now has 20k tokens of prefill queued: recomputing 4k elsewhere is cheaper.
+    let busy = EngineStatus {
+        waiting_prefill_tokens: 20_000,
+        num_waiting: 5,
+        ..idle()
+    };
+    s.on_status("i2", busy, 1.0);
+    s.on_status("i0", idle(), 1.0);
+    s.on_status("i1", idle(), 1.0);
+    let placed = s.schedule(&request("b", &prompt), 1.5).unwrap();
+    assert_ne!(placed.decision.instance_id, "i2");
+    assert!((placed.best_hit_ratio - 3999.0 / 4000.0).abs() < 1e-9);
+}
+
+#[test]
+fn reported_dispatches_stop_counting_and_release_frees_them() {
+    let mut s = cluster(Policy::LeastRequests, 2);
+    let first = s
+        .schedule(&request("a", &[1, 2]), 0.1)
+        .unwrap()
+        .decision
+        .instance_id;
+    let second = s
+        .schedule(&request("b", &[1, 2]), 0.1)
+        .unwrap()
+        .decision
+        .instance_id;
+    assert_ne!(
+        first, second,
+        "the in-flight account steers the second request away"
+    );
+    let view = s.instances_view(0.2);
+    assert!(view.iter().all(|v| v.in_flight.requests == 1));
+    let mut status = idle();
+    status.admitted = vec!["a".into()];
+    status.num_running = 1;
+    s.on_status(&first, status, 0.3);
+    assert_eq!(
+        s.instance(&first)
+            .unwrap()
+            .status
+            .as_ref()
+            .unwrap()
+            .num_running,
+        1
+    );
+    assert_eq!(
+        s.instances_view(0.3)
+            .iter()
+            .find(|v| v.meta.id == first)
+            .unwrap()
+            .in_flight
+            .requests,
+        0
+    );
+    s.release("b");
+    s.release("a");
+    assert_eq!(s.dispatches(), 0);
+    assert!(s
+        .instances_view(0.3)
+        .iter()
+        .all(|v| v.in_flight.requests == 0));
+}
+
+#[test]
+fn slo_admission_answers_no_capacity_when_every_tpot_is_over() {
+    let mut s = Scheduler::new(
+        SchedulerConfig {
+            policy: Policy::Predictive,
+            tpot_slo: Some(0.001),
+            slo_admission: true,
+            ..Default::default()
+        },
+        1,
+    );
+    s.add_instance(InstanceMeta {
+        id: "i0".into(),
+        endpoint: "http://x".into(),
+        model: "m".into(),
+        role: InferStage::Neutral,
+        kind: EngineKind::Switchyard,
+    });
+    s.on_status("i0", idle(), 0.0);
+    assert_eq!(
+        s.schedule(&request("a", &[1]), 0.1),
+        Err(ScheduleError::AllEndpointsBusy)
+    );
+}
+
+#[test]
+fn removing_an_instance_drops_its_index_entries_and_dispatches() {
+    let mut s = cluster(Policy::CacheAware, 2);
+    let prompt: Vec<u32> = (0..64).collect();
+    let hashes = block_hashes(&prompt, 16);
+    let stored = |seq: u64, hash: u64| KvEvent {
+        seq,
+        kind: KvEventKind::Stored(StoredBlock {
+            hash,
+            parent: None,
+            token_count: 16,
+        }),
+    };
+    s.on_kv_events("i0", &[stored(1, hashes[0]), stored(2, hashes[1])])
+        .unwrap();
+    assert_eq!(
+        s.schedule(&request("a", &prompt), 0.1)
+            .unwrap()
+            .decision
+            .instance_id,
+        "i0"
+    );
+    s.remove_instance("i0");
+    assert_eq!(s.dispatches(), 0);
+    let placed = s.schedule(&request("b", &prompt), 0.2).unwrap();
+    assert_eq!(
+        (
+            placed.decision.instance_id.as_str(),
+            placed.decision.cached_tokens
+        ),
+        ("i1", 0)
+    );
+}
