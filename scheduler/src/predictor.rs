@@ -86,11 +86,12 @@ impl StepTimeFit {
                 return None;
             }
             a.swap(col, pivot);
-            for row in 0..FEATURES {
-                if row != col {
-                    let f = a[row][col] / a[col][col];
-                    for k in col..=FEATURES {
-                        a[row][k] -= f * a[col][k];
+            let pivot_row = a[col];
+            for (r, row) in a.iter_mut().enumerate() {
+                if r != col {
+                    let f = row[col] / pivot_row[col];
+                    for (v, p) in row.iter_mut().zip(pivot_row).skip(col) {
+                        *v -= f * p;
                     }
                 }
             }
