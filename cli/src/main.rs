@@ -17,6 +17,8 @@ struct Cli {
 enum Command {
     /// Run engine instances (OpenAI server + continuous batching + KV cache + backend).
     Engine(switchyard_engine::config::EngineArgs),
+    /// Run the scheduler alone, over a list of engine instances.
+    Scheduler(switchyard_scheduler::launcher::SchedulerArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,6 +35,13 @@ fn main() -> anyhow::Result<()> {
         Command::Engine(args) => {
             tracing::info!("switchyard engine starting with {args:?}");
             runtime.block_on(switchyard_engine::launcher::run(args))
+        }
+        Command::Scheduler(args) => {
+            tracing::info!("switchyard scheduler starting with {args:?}");
+            runtime.block_on(switchyard_scheduler::launcher::run(
+                args,
+                switchyard_engine::launcher::shutdown_signal(),
+            ))
         }
     }
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use switchyard_protocol::engine_state::{EngineStatus, StepSample};
 use switchyard_protocol::kv_events::{KvEvent, StoredBlock};
 use switchyard_protocol::openai::FinishReason;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 /// Snapshots kept for slow status subscribers before they are told they lagged.
@@ -103,6 +103,7 @@ pub struct Instance {
     pub metrics: Arc<EngineMetrics>,
     commands: mpsc::UnboundedSender<Command>,
     status: broadcast::Sender<Arc<EngineStatus>>,
+    latest_status: watch::Receiver<Arc<EngineStatus>>,
     draining: AtomicBool,
     in_flight: AtomicUsize,
 }
@@ -121,6 +122,7 @@ impl Instance {
         let (commands, receiver) = mpsc::unbounded_channel();
         let (status, _) = broadcast::channel(STATUS_BUFFER);
         let (kv, _) = broadcast::channel(KV_BUFFER);
+        let (latest, latest_status) = watch::channel(Arc::new(EngineStatus::default()));
         let metrics = Arc::new(parts.metrics);
         let instance = Arc::new(Instance {
             info: parts.info.clone(),
@@ -130,6 +132,7 @@ impl Instance {
             metrics: metrics.clone(),
             commands,
             status: status.clone(),
+            latest_status,
             draining: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
         });
@@ -142,6 +145,7 @@ impl Instance {
             time_scale: parts.time_scale,
             routes: FxHashMap::default(),
             status,
+            latest,
             kv,
             dirty: false,
         };
@@ -178,6 +182,11 @@ impl Instance {
     /// Status snapshots from now on.
     pub fn subscribe_status(&self) -> broadcast::Receiver<Arc<EngineStatus>> {
         self.status.subscribe()
+    }
+
+    /// The latest status snapshot.
+    pub fn latest_status(&self) -> Arc<EngineStatus> {
+        self.latest_status.borrow().clone()
     }
 
     /// Forgets every cached prefix.
@@ -234,6 +243,7 @@ struct Driver {
     time_scale: f64,
     routes: FxHashMap<SeqId, mpsc::UnboundedSender<SeqEvent>>,
     status: broadcast::Sender<Arc<EngineStatus>>,
+    latest: watch::Sender<Arc<EngineStatus>>,
     kv: broadcast::Sender<Arc<Vec<KvEvent>>>,
     /// Whether a command changed the core since the last published status.
     dirty: bool,
@@ -424,8 +434,10 @@ impl Driver {
         self.dirty = false;
         let status = self.core.status(unix_now(), steps);
         self.metrics.on_status(&status, self.core.pool().usage());
+        let status = Arc::new(status);
+        self.latest.send_replace(status.clone());
         // No subscriber is not an error: the snapshot is simply not needed.
-        let _ = self.status.send(Arc::new(status));
+        let _ = self.status.send(status);
         let events = self.core.take_kv_events();
         if !events.is_empty() {
             let _ = self.kv.send(Arc::new(events));

@@ -6,15 +6,18 @@
 //! - [`prefix_index`]: which instance holds which prefix block.
 //! - [`policy`]: candidate metrics, filters and selectors.
 //! - [`scheduler`]: all of the above behind schedule / release / report.
+//! - [`service`]: the scheduler running: HTTP API, instance sources, metrics.
 //!
 //! Every function here takes the time as an argument and never reads a clock, so the same code
 //! runs behind the HTTP service and under the cluster simulator's virtual clock.
 
 pub mod cms;
+pub mod launcher;
 pub mod lrs;
 pub mod policy;
 pub mod predictor;
 pub mod prefix_index;
 pub mod scheduler;
+pub mod service;
 
 pub use scheduler::{Placement, ScheduleError, Scheduler, SchedulerConfig};

@@ -107,6 +107,8 @@ pub struct InstanceView {
     pub indexed_blocks: usize,
     /// Step-time samples learned from.
     pub predictor_samples: u64,
+    /// Load metrics now (as for a request with an empty prompt).
+    pub metrics: CandidateMetrics,
 }
 
 /// The scheduler of one cluster.
@@ -365,6 +367,16 @@ impl Scheduler {
                 in_flight: self.lrs.in_flight(&s.meta.id),
                 indexed_blocks: self.index.len_of(s.slot),
                 predictor_samples: self.fits.get(&s.meta.id).map_or(0, |f| f.samples()),
+                metrics: match s.status {
+                    Some(_) => candidate_metrics(
+                        s,
+                        self.lrs.in_flight(&s.meta.id),
+                        0.0,
+                        0.0,
+                        self.fits.get(&s.meta.id),
+                    ),
+                    None => CandidateMetrics::default(),
+                },
             })
             .collect();
         views.sort_by(|a, b| a.meta.id.cmp(&b.meta.id));

@@ -80,6 +80,29 @@ impl Process {
         process
     }
 
+    /// Starts `switchyard scheduler` over `instances` with `args`, and waits for its `/health`.
+    pub async fn scheduler(instances: &[String], args: &[&str]) -> Process {
+        let port = free_ports(1);
+        let child = Command::new(binary())
+            .arg("scheduler")
+            .args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--instances",
+                &instances.join(","),
+            ])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("switchyard starts");
+        let process = Process { child, port };
+        wait_healthy(&process.url(0)).await;
+        process
+    }
+
     /// Base URL of instance `i`.
     pub fn url(&self, i: u16) -> String {
         format!("http://127.0.0.1:{}", self.port + i)

@@ -5,6 +5,7 @@ use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
+use std::time::Duration;
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::kv_events::KvMessage;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
@@ -13,15 +14,31 @@ fn event(data: &impl serde::Serialize) -> Result<Event, std::convert::Infallible
     Ok(Event::default().data(serde_json::to_string(data).unwrap_or_default()))
 }
 
-/// `GET /v1/state`: a snapshot after steps, merging whatever accumulated while the client read.
+/// How often an idle engine repeats its latest status, so subscribers know it is alive.
+const STATUS_HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// The latest status without the lists a previous snapshot already carried.
+fn repeat_of(status: &EngineStatus) -> EngineStatus {
+    EngineStatus {
+        admitted: Vec::new(),
+        finished: Vec::new(),
+        steps: Vec::new(),
+        ..status.clone()
+    }
+}
+
+/// `GET /v1/state`: the latest status at once, then a snapshot after steps (merging whatever
+/// accumulated while the client read), and the latest again after a second without steps.
 pub async fn state(State(instance): State<Arc<Instance>>) -> Response {
     let mut receiver = instance.subscribe_status();
     let stream = async_stream::stream! {
+        yield event(&repeat_of(&instance.latest_status()));
         loop {
-            let mut merged: EngineStatus = match receiver.recv().await {
-                Ok(first) => (*first).clone(),
-                Err(RecvError::Lagged(_)) => EngineStatus { lagged: true, ..Default::default() },
-                Err(RecvError::Closed) => break,
+            let mut merged: EngineStatus = match tokio::time::timeout(STATUS_HEARTBEAT, receiver.recv()).await {
+                Err(_) => repeat_of(&instance.latest_status()),
+                Ok(Ok(first)) => (*first).clone(),
+                Ok(Err(RecvError::Lagged(_))) => EngineStatus { lagged: true, ..repeat_of(&instance.latest_status()) },
+                Ok(Err(RecvError::Closed)) => break,
             };
             loop {
                 match receiver.try_recv() {

@@ -1,0 +1,82 @@
+//! The scheduler's HTTP API.
+
+use super::SchedulerService;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use std::sync::Arc;
+use switchyard_protocol::openai::ApiError;
+use switchyard_protocol::schedule::{ReleaseRequest, ReportRequest, ScheduleRequest};
+
+/// `POST /v1/schedule`, `/v1/release`, `/v1/report`; `GET /v1/instances`, `/health`, `/metrics`.
+pub fn router(service: Arc<SchedulerService>) -> Router {
+    Router::new()
+        .route("/v1/schedule", post(schedule))
+        .route("/v1/release", post(release))
+        .route("/v1/report", post(report))
+        .route("/v1/instances", get(instances))
+        .route("/health", get(|| async { StatusCode::OK }))
+        .route("/metrics", get(metrics))
+        .with_state(service)
+}
+
+fn error(e: ApiError) -> Response {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, Json(e.body)).into_response()
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
+    serde_json::from_slice(body)
+        .map_err(|e| error(ApiError::invalid_request(format!("Invalid JSON body: {e}"))))
+}
+
+async fn schedule(
+    State(service): State<Arc<SchedulerService>>,
+    body: axum::body::Bytes,
+) -> Response {
+    let req: ScheduleRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return error(e),
+    };
+    match service.schedule(&req) {
+        Ok(decision) => Json(decision).into_response(),
+        Err(e) => error(ApiError::unavailable(e.to_string()).with_code(e.label())),
+    }
+}
+
+async fn release(
+    State(service): State<Arc<SchedulerService>>,
+    body: axum::body::Bytes,
+) -> Response {
+    match parse::<ReleaseRequest>(&body) {
+        Ok(r) => {
+            service.release(&r.request_id);
+            StatusCode::OK.into_response()
+        }
+        Err(e) => error(e),
+    }
+}
+
+async fn report(State(service): State<Arc<SchedulerService>>, body: axum::body::Bytes) -> Response {
+    match parse::<ReportRequest>(&body) {
+        Ok(r) => {
+            service.report(&r.request_id, r.tokens_so_far);
+            StatusCode::OK.into_response()
+        }
+        Err(e) => error(e),
+    }
+}
+
+async fn instances(State(service): State<Arc<SchedulerService>>) -> Response {
+    Json(service.instances()).into_response()
+}
+
+async fn metrics(State(service): State<Arc<SchedulerService>>) -> Response {
+    (
+        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+        service.render_metrics(),
+    )
+        .into_response()
+}

@@ -1,0 +1,306 @@
+//! The scheduler's Prometheus families, in Llumnix's names.
+
+use crate::cms::InstanceMeta;
+use crate::scheduler::{InstanceView, Placement, ScheduleError};
+use prometheus::{
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts,
+    Registry, TextEncoder,
+};
+use switchyard_protocol::schedule::InferStage;
+
+/// Stage-duration buckets (milliseconds).
+const STAGE_MS: &[f64] = &[0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0];
+/// Ratio buckets.
+const RATIO: &[f64] = &[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
+/// Batch-size buckets.
+const BATCH: &[f64] = &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
+/// Token-count buckets.
+const COUNT: &[f64] = &[
+    1.0, 4.0, 16.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0,
+    65536.0, 131072.0,
+];
+/// TTFT buckets (milliseconds).
+const TTFT_MS: &[f64] = &[
+    10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0, 30000.0,
+    60000.0,
+];
+/// Per-token buckets (milliseconds).
+const TOKEN_MS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 500.0,
+];
+
+/// How a gauge reads its value from an instance's view.
+type Reading = fn(&InstanceView) -> f64;
+
+/// Every family the scheduler exports.
+pub struct SchedulerMetrics {
+    registry: Registry,
+    scheduling: IntCounter,
+    failed: IntCounterVec,
+    duration: Histogram,
+    kv_usage: HistogramVec,
+    decode_batch: HistogramVec,
+    prefills: HistogramVec,
+    decodes: HistogramVec,
+    ttft: HistogramVec,
+    tpot: HistogramVec,
+    cms: Vec<(GaugeVec, Reading)>,
+    lrs: Vec<(GaugeVec, Reading)>,
+}
+
+fn histogram(
+    reg: &Registry,
+    name: &str,
+    help: &str,
+    buckets: &[f64],
+) -> prometheus::Result<Histogram> {
+    let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))?;
+    reg.register(Box::new(h.clone()))?;
+    Ok(h)
+}
+
+fn by_stage(
+    reg: &Registry,
+    name: &str,
+    help: &str,
+    buckets: &[f64],
+) -> prometheus::Result<HistogramVec> {
+    let h = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        &["infer_type"],
+    )?;
+    reg.register(Box::new(h.clone()))?;
+    Ok(h)
+}
+
+fn gauge(reg: &Registry, name: &str, labels: &[&str]) -> prometheus::Result<GaugeVec> {
+    let g = GaugeVec::new(Opts::new(name, name.replace('_', " ")), labels)?;
+    reg.register(Box::new(g.clone()))?;
+    Ok(g)
+}
+
+impl SchedulerMetrics {
+    /// Registers every family.
+    pub fn new() -> prometheus::Result<Self> {
+        let reg = Registry::new();
+        #[cfg(target_os = "linux")]
+        reg.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
+        let scheduling =
+            IntCounter::new("scheduler_scheduling_total", "Scheduling decisions made.")?;
+        reg.register(Box::new(scheduling.clone()))?;
+        let failed = IntCounterVec::new(
+            Opts::new(
+                "scheduler_scheduling_failed_total",
+                "Scheduling requests that found no instance.",
+            ),
+            &["error_type"],
+        )?;
+        reg.register(Box::new(failed.clone()))?;
+        let cms_readings: Vec<(&str, Reading)> = vec![
+            ("instance_cms_waiting_requests", |v| {
+                v.status.as_ref().map_or(0.0, |s| s.num_waiting as f64)
+            }),
+            ("instance_cms_loading_requests", |v| {
+                v.status.as_ref().map_or(0.0, |s| s.num_swapped as f64)
+            }),
+            ("instance_cms_running_requests", |v| {
+                v.status.as_ref().map_or(0.0, |s| s.num_running as f64)
+            }),
+            ("instance_cms_used_gpu_tokens", |v| {
+                v.status.as_ref().map_or(0.0, |s| s.used_kv_tokens as f64)
+            }),
+            ("instance_cms_uncomputed_tokens_all_waiting_prefills", |v| {
+                v.status
+                    .as_ref()
+                    .map_or(0.0, |s| s.waiting_prefill_tokens as f64)
+            }),
+            (
+                "instance_cms_uncomputed_tokens_scheduler_running_prefills",
+                |v| {
+                    v.status
+                        .as_ref()
+                        .map_or(0.0, |s| s.running_prefill_tokens as f64)
+                },
+            ),
+            ("instance_cms_scheduler_running_to_decode_tokens", |v| {
+                v.status.as_ref().map_or(0.0, |s| s.decode_tokens as f64)
+            }),
+            ("instance_cms_inflight_dispatch_requests", |v| {
+                v.in_flight.requests as f64
+            }),
+            ("instance_cms_inflight_dispatch_prefill_requests", |v| {
+                v.in_flight.requests as f64
+            }),
+            ("instance_cms_inflight_dispatch_decode_requests", |_| 0.0),
+            (
+                "instance_cms_uncomputed_tokens_inflight_dispatch_prefill_requests",
+                |v| v.in_flight.uncached_tokens as f64,
+            ),
+            (
+                "instance_cms_tokens_inflight_dispatch_decode_requests",
+                |_| 0.0,
+            ),
+            ("instance_cms_kv_cache_usage_ratio_projected", |v| {
+                v.metrics.kv_usage_projected
+            }),
+            ("instance_cms_decode_batch_size", |v| v.metrics.decode_batch),
+            ("instance_cms_all_prefills_tokens_num", |v| {
+                v.metrics.all_prefill_tokens
+            }),
+            ("instance_cms_all_decodes_tokens_num", |v| {
+                v.metrics.decode_tokens
+            }),
+        ];
+        let lrs_readings: Vec<(&str, Reading)> = vec![
+            ("instance_lrs_total_requests", |v| {
+                v.in_flight.requests as f64
+            }),
+            ("instance_lrs_waiting_requests", |v| {
+                v.in_flight.requests as f64
+            }),
+            ("instance_lrs_running_requests", |_| 0.0),
+            ("instance_lrs_total_tokens", |v| {
+                v.in_flight.prompt_tokens as f64
+            }),
+            ("instance_lrs_waiting_tokens", |v| {
+                v.in_flight.prompt_tokens as f64
+            }),
+            ("instance_lrs_running_tokens", |_| 0.0),
+        ];
+        let cms = cms_readings
+            .into_iter()
+            .map(|(name, read)| Ok((gauge(&reg, name, &["instance_id", "infer_type"])?, read)))
+            .collect::<prometheus::Result<Vec<_>>>()?;
+        let lrs = lrs_readings
+            .into_iter()
+            .map(|(name, read)| {
+                Ok((
+                    gauge(&reg, name, &["model", "instance_id", "infer_type"])?,
+                    read,
+                ))
+            })
+            .collect::<prometheus::Result<Vec<_>>>()?;
+        Ok(SchedulerMetrics {
+            duration: histogram(
+                &reg,
+                "request_full_mode_schedule_duration_milliseconds",
+                "Time to place one request.",
+                STAGE_MS,
+            )?,
+            kv_usage: by_stage(
+                &reg,
+                "selected_instance_kv_cache_usage_ratio_projected",
+                "Projected KV usage of the chosen instance.",
+                RATIO,
+            )?,
+            decode_batch: by_stage(
+                &reg,
+                "selected_instance_decode_batch_size",
+                "Decode batch of the chosen instance.",
+                BATCH,
+            )?,
+            prefills: by_stage(
+                &reg,
+                "selected_instance_all_prefills_tokens_num",
+                "Queued prefill tokens of the chosen instance.",
+                COUNT,
+            )?,
+            decodes: by_stage(
+                &reg,
+                "selected_instance_all_decodes_tokens_num",
+                "Decode context tokens of the chosen instance.",
+                COUNT,
+            )?,
+            ttft: by_stage(
+                &reg,
+                "selected_instance_predicted_ttft",
+                "Predicted TTFT on the chosen instance, ms.",
+                TTFT_MS,
+            )?,
+            tpot: by_stage(
+                &reg,
+                "selected_instance_predicted_tpot",
+                "Predicted TPOT on the chosen instance, ms.",
+                TOKEN_MS,
+            )?,
+            scheduling,
+            failed,
+            cms,
+            lrs,
+            registry: reg,
+        })
+    }
+
+    /// Records one scheduling decision.
+    pub fn on_schedule(
+        &self,
+        stage: InferStage,
+        result: &Result<Placement, ScheduleError>,
+        elapsed_ms: f64,
+    ) {
+        self.duration.observe(elapsed_ms);
+        match result {
+            Ok(p) => {
+                self.scheduling.inc();
+                let s = [stage.as_str()];
+                self.kv_usage
+                    .with_label_values(&s)
+                    .observe(p.metrics.kv_usage_projected);
+                self.decode_batch
+                    .with_label_values(&s)
+                    .observe(p.metrics.decode_batch);
+                self.prefills
+                    .with_label_values(&s)
+                    .observe(p.metrics.all_prefill_tokens);
+                self.decodes
+                    .with_label_values(&s)
+                    .observe(p.metrics.decode_tokens);
+                self.ttft
+                    .with_label_values(&s)
+                    .observe(p.metrics.predicted_ttft * 1000.0);
+                self.tpot
+                    .with_label_values(&s)
+                    .observe(p.metrics.predicted_tpot * 1000.0);
+            }
+            Err(e) => self.failed.with_label_values(&[e.label()]).inc(),
+        }
+    }
+
+    /// Refreshes an instance's CMS and LRS gauges.
+    pub fn on_instance(&self, view: &InstanceView) {
+        let role = view.meta.role.as_str();
+        for (gauge, read) in &self.cms {
+            gauge
+                .with_label_values(&[view.meta.id.as_str(), role])
+                .set(read(view));
+        }
+        for (gauge, read) in &self.lrs {
+            gauge
+                .with_label_values(&[view.meta.model.as_str(), view.meta.id.as_str(), role])
+                .set(read(view));
+        }
+    }
+
+    /// Drops a removed instance's gauges.
+    pub fn forget_instance(&self, meta: &InstanceMeta) {
+        let (id, role, model) = (meta.id.as_str(), meta.role.as_str(), meta.model.as_str());
+        // A gauge never set for this instance has nothing to remove.
+        for (gauge, _) in &self.cms {
+            let _ = gauge.remove_label_values(&[id, role]);
+        }
+        for (gauge, _) in &self.lrs {
+            let _ = gauge.remove_label_values(&[model, id, role]);
+        }
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            return format!("# encoding failed: {e}\n");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}

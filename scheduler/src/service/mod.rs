@@ -1,0 +1,127 @@
+//! The scheduler as a running service: the core behind a lock, fed by instance sources, answering
+//! the gateway over HTTP or in process, with its Prometheus metrics.
+
+mod http;
+mod metrics;
+mod sources;
+
+pub use http::router;
+pub use metrics::SchedulerMetrics;
+pub use sources::{probe_model, watch_switchyard_instance};
+
+use crate::cms::InstanceMeta;
+use crate::scheduler::{InstanceView, ScheduleError, Scheduler};
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use switchyard_protocol::engine_state::EngineStatus;
+use switchyard_protocol::kv_events::{KvEvent, StoredBlock};
+use switchyard_protocol::schedule::{ScheduleDecision, ScheduleRequest};
+
+/// Unix time in seconds: the clock the service runs the scheduler on.
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or_default()
+}
+
+/// A scheduler shared by the HTTP handlers, the instance sources and in-process gateways.
+pub struct SchedulerService {
+    core: Mutex<Scheduler>,
+    metrics: SchedulerMetrics,
+}
+
+impl SchedulerService {
+    /// Wraps a scheduler.
+    pub fn new(core: Scheduler) -> prometheus::Result<Self> {
+        Ok(SchedulerService {
+            core: Mutex::new(core),
+            metrics: SchedulerMetrics::new()?,
+        })
+    }
+
+    fn core(&self) -> std::sync::MutexGuard<'_, Scheduler> {
+        self.core
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Places a request.
+    pub fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ScheduleError> {
+        let started = Instant::now();
+        let result = self.core().schedule(req, unix_now());
+        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+        self.metrics
+            .on_schedule(req.infer_stage, &result, elapsed_ms);
+        result.map(|p| p.decision)
+    }
+
+    /// Forgets a request's dispatch.
+    pub fn release(&self, request_id: &str) {
+        self.core().release(request_id);
+    }
+
+    /// Progress of a request.
+    pub fn report(&self, request_id: &str, tokens_so_far: u32) {
+        self.core().report(request_id, tokens_so_far);
+    }
+
+    /// Adds an instance.
+    pub fn add_instance(&self, meta: InstanceMeta) {
+        self.core().add_instance(meta);
+    }
+
+    /// Removes an instance and its gauges.
+    pub fn remove_instance(&self, id: &str) {
+        let mut core = self.core();
+        if let Some(meta) = core.instance(id).map(|s| s.meta.clone()) {
+            core.remove_instance(id);
+            self.metrics.forget_instance(&meta);
+        }
+    }
+
+    /// Whether an instance is known.
+    pub fn has_instance(&self, id: &str) -> bool {
+        self.core().instance(id).is_some()
+    }
+
+    /// A status from an instance.
+    pub fn on_status(&self, id: &str, status: EngineStatus) {
+        let now = unix_now();
+        let mut core = self.core();
+        core.on_status(id, status, now);
+        core.tick(now);
+        if let Some(view) = core
+            .instances_view(now)
+            .into_iter()
+            .find(|v| v.meta.id == id)
+        {
+            self.metrics.on_instance(&view);
+        }
+    }
+
+    /// An instance could not be reached.
+    pub fn on_unreachable(&self, id: &str) {
+        self.core().on_unreachable(id);
+    }
+
+    /// KV events; `false` on a sequence gap (the caller must resync).
+    pub fn on_kv_events(&self, id: &str, events: &[KvEvent]) -> bool {
+        self.core().on_kv_events(id, events).is_ok()
+    }
+
+    /// A snapshot of an instance's prefix cache.
+    pub fn on_kv_snapshot(&self, id: &str, seq: u64, blocks: &[StoredBlock]) {
+        self.core().on_kv_snapshot(id, seq, blocks);
+    }
+
+    /// Every instance's state.
+    pub fn instances(&self) -> Vec<InstanceView> {
+        self.core().instances_view(unix_now())
+    }
+
+    /// The metrics text.
+    pub fn render_metrics(&self) -> String {
+        self.metrics.render()
+    }
+}

@@ -1,0 +1,114 @@
+//! Instance sources: how the scheduler follows each engine's state.
+//!
+//! A switchyard engine pushes status snapshots (`GET /v1/state`) and KV events
+//! (`GET /v1/kv_events`) as server-sent events; each stream is followed by its own task, which
+//! reconnects with backoff and marks the instance unreachable while it cannot.
+
+use super::SchedulerService;
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use std::sync::Arc;
+use std::time::Duration;
+use switchyard_protocol::engine_state::EngineStatus;
+use switchyard_protocol::kv_events::KvMessage;
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The model an instance serves, from its `GET /v1/models`.
+pub async fn probe_model(client: &reqwest::Client, endpoint: &str) -> Option<String> {
+    let list: serde_json::Value = client
+        .get(format!("{endpoint}/v1/models"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    list["data"][0]["id"].as_str().map(String::from)
+}
+
+/// Follows a switchyard engine's status and KV event streams while the instance is known.
+pub async fn watch_switchyard_instance(
+    service: Arc<SchedulerService>,
+    client: reqwest::Client,
+    id: String,
+    endpoint: String,
+) {
+    tokio::join!(
+        follow_state(
+            service.clone(),
+            client.clone(),
+            id.clone(),
+            endpoint.clone()
+        ),
+        follow_kv_events(service, client, id, endpoint),
+    );
+}
+
+async fn follow_state(
+    service: Arc<SchedulerService>,
+    client: reqwest::Client,
+    id: String,
+    endpoint: String,
+) {
+    let mut backoff = FIRST_BACKOFF;
+    while service.has_instance(&id) {
+        if let Ok(response) = client.get(format!("{endpoint}/v1/state")).send().await {
+            if response.status().is_success() {
+                backoff = FIRST_BACKOFF;
+                let mut events = response.bytes_stream().eventsource();
+                while let Some(Ok(event)) = events.next().await {
+                    if !service.has_instance(&id) {
+                        return;
+                    }
+                    match serde_json::from_str::<EngineStatus>(&event.data) {
+                        Ok(status) => service.on_status(&id, status),
+                        Err(e) => tracing::warn!("{id}: unreadable status: {e}"),
+                    }
+                }
+            }
+        }
+        service.on_unreachable(&id);
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+async fn follow_kv_events(
+    service: Arc<SchedulerService>,
+    client: reqwest::Client,
+    id: String,
+    endpoint: String,
+) {
+    let mut backoff = FIRST_BACKOFF;
+    while service.has_instance(&id) {
+        if let Ok(response) = client.get(format!("{endpoint}/v1/kv_events")).send().await {
+            if response.status().is_success() {
+                backoff = FIRST_BACKOFF;
+                let mut events = response.bytes_stream().eventsource();
+                while let Some(Ok(event)) = events.next().await {
+                    if !service.has_instance(&id) {
+                        return;
+                    }
+                    match serde_json::from_str::<KvMessage>(&event.data) {
+                        Ok(KvMessage::Snapshot { seq, blocks }) => {
+                            service.on_kv_snapshot(&id, seq, &blocks)
+                        }
+                        Ok(KvMessage::Events { events }) => {
+                            if !service.on_kv_events(&id, &events) {
+                                tracing::info!("{id}: KV event gap, resyncing");
+                                break;
+                            }
+                        }
+                        Err(e) => tracing::warn!("{id}: unreadable KV message: {e}"),
+                    }
+                }
+                continue;
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}

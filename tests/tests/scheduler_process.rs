@@ -1,0 +1,138 @@
+//! `switchyard scheduler` in front of real sim engines: it follows their state and KV event
+//! streams, spreads bursts, reconciles dispatches and places by cached prefix.
+
+use serde_json::{json, Value};
+use std::time::Duration;
+use switchyard_protocol::hashing::block_hashes;
+use switchyard_tests::Process;
+
+async fn schedule(client: &reqwest::Client, scheduler: &Process, body: Value) -> Value {
+    client
+        .post(format!("{}/v1/schedule", scheduler.url(0)))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn instances(client: &reqwest::Client, scheduler: &Process) -> Vec<Value> {
+    client
+        .get(format!("{}/v1/instances", scheduler.url(0)))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Waits until every instance is schedulable.
+async fn until_ready(client: &reqwest::Client, scheduler: &Process, n: usize) {
+    for _ in 0..200 {
+        let list = instances(client, scheduler).await;
+        if list.len() == n && list.iter().all(|v| v["schedulable"] == true) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("instances never became schedulable");
+}
+
+#[tokio::test]
+async fn the_scheduler_follows_real_engines() {
+    let engines = Process::engine(4, &["--sim-time-scale", "1000"]).await;
+    let urls: Vec<String> = (0..4).map(|i| engines.url(i)).collect();
+    let scheduler = Process::scheduler(&urls, &["--policy", "cache-aware"]).await;
+    let client = reqwest::Client::new();
+    until_ready(&client, &scheduler, 4).await;
+
+    // A burst spreads evenly: the in-flight account sees each dispatch before any status does.
+    let mut counts = std::collections::HashMap::new();
+    for r in 0..40 {
+        let d = schedule(
+            &client,
+            &scheduler,
+            json!({"request_id": format!("b{r}"), "model": "qwen3-0.6b", "prompt_tokens": 100}),
+        )
+        .await;
+        *counts
+            .entry(d["instance_id"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
+    }
+    assert!(counts.values().all(|&c| c == 10), "{counts:?}");
+
+    // The engine reports an admitted request by id, and the account is reconciled.
+    let prompt: Vec<u32> = (1..=600).collect();
+    let hashes = block_hashes(&prompt, 16);
+    let placed = schedule(
+        &client,
+        &scheduler,
+        json!({"request_id": "real-1", "model": "qwen3-0.6b", "prompt_tokens": prompt.len(), "block_hashes": hashes}),
+    )
+    .await;
+    let target = placed["instance_id"].as_str().unwrap().to_string();
+    let before = instances(&client, &scheduler)
+        .await
+        .into_iter()
+        .find(|v| v["meta"]["id"] == target.as_str())
+        .unwrap();
+    let response = client
+        .post(format!("{target}/v1/completions"))
+        .header("x-request-id", "real-1")
+        .json(&json!({"prompt": prompt, "max_tokens": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut reconciled = false;
+    for _ in 0..100 {
+        let now = instances(&client, &scheduler)
+            .await
+            .into_iter()
+            .find(|v| v["meta"]["id"] == target.as_str())
+            .unwrap();
+        if now["in_flight"]["requests"].as_u64() < before["in_flight"]["requests"].as_u64() {
+            reconciled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(reconciled, "the engine's admitted id reaches the scheduler");
+
+    // That engine now caches the prompt's blocks; the scheduler learns it from KV events.
+    let mut followed = None;
+    for attempt in 0..100 {
+        let d = schedule(
+            &client,
+            &scheduler,
+            json!({"request_id": format!("again-{attempt}"), "model": "qwen3-0.6b", "prompt_tokens": prompt.len(), "block_hashes": hashes}),
+        )
+        .await;
+        client
+            .post(format!("{}/v1/release", scheduler.url(0)))
+            .json(&json!({"request_id": format!("again-{attempt}")}))
+            .send()
+            .await
+            .unwrap();
+        if d["cached_tokens"].as_u64().unwrap() > 0 {
+            followed = Some(d);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let d = followed.expect("the prefix reaches the index");
+    assert_eq!(d["instance_id"], target.as_str());
+    assert_eq!(d["cached_tokens"], 592, "37 full blocks of 16");
+    let metrics = client
+        .get(format!("{}/metrics", scheduler.url(0)))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("scheduler_scheduling_total"));
+}
