@@ -27,9 +27,9 @@ fn error(e: ApiError) -> Response {
     (status, Json(e.body)).into_response()
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body)
-        .map_err(|e| error(ApiError::invalid_request(format!("Invalid JSON body: {e}"))))
+        .map_err(|e| ApiError::invalid_request(format!("Invalid JSON body: {e}")))
 }
 
 async fn schedule(
