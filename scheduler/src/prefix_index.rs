@@ -8,12 +8,25 @@
 //! A lookup walks the request's chained block hashes in order and returns, for every instance
 //! holding at least the first block, how many leading blocks it holds.
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use switchyard_protocol::kv_events::{KvEvent, KvEventKind, StoredBlock};
 
 /// Dense index of an instance inside the prefix index.
 pub type Slot = u32;
+
+/// No holder in this half of a packed pair.
+const EMPTY: Slot = Slot::MAX;
+/// The block has more than two holders; they are listed in `spilled`.
+const SPILLED: u64 = u64::MAX - 1;
+
+fn pack(a: Slot, b: Slot) -> u64 {
+    a as u64 | (b as u64) << 32
+}
+
+fn unpack(v: u64) -> (Slot, Slot) {
+    (v as Slot, (v >> 32) as Slot)
+}
 
 /// Why events could not be applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,20 +43,26 @@ pub enum IndexError {
 #[derive(Debug, Default)]
 struct Holder {
     /// Blocks held exactly (from events).
-    exact: FxHashSet<u64>,
+    exact: usize,
     /// Blocks recorded from routing, oldest first, with the time recorded.
     routed: VecDeque<(u64, f64)>,
+    /// Latest routing time of each routed block.
+    routed_at: FxHashMap<u64, f64>,
     /// Last applied event number.
     last_seq: u64,
 }
 
 /// The prefix index of a cluster.
+///
+/// Memory is one map entry per distinct block: its hash and up to two holders packed in a `u64`
+/// (blocks held by more instances list them in `spilled`). Routed entries add their time, per
+/// instance, only for engines without KV events. Clearing or resyncing an instance scans the map,
+/// which is rare.
 #[derive(Debug, Default)]
 pub struct PrefixIndex {
     holders: Vec<Holder>,
-    /// For each block hash, the slots holding it (exactly or by routing) and, for routed ones,
-    /// when they were recorded (`f64::INFINITY` for exact ones).
-    blocks: FxHashMap<u64, Vec<(Slot, f64)>>,
+    blocks: FxHashMap<u64, u64>,
+    spilled: FxHashMap<u64, Vec<Slot>>,
     routed_ttl: f64,
     routed_capacity: usize,
 }
@@ -68,21 +87,89 @@ impl PrefixIndex {
         &mut self.holders[i]
     }
 
-    fn add(&mut self, slot: Slot, hash: u64, since: f64) {
-        let holders = self.blocks.entry(hash).or_default();
-        match holders.iter_mut().find(|(s, _)| *s == slot) {
-            Some(entry) => entry.1 = entry.1.max(since),
-            None => holders.push((slot, since)),
+    /// Whether the packed holders `v` of `hash` include `slot`.
+    fn holds(&self, hash: u64, v: u64, slot: Slot) -> bool {
+        if v == SPILLED {
+            return self
+                .spilled
+                .get(&hash)
+                .is_some_and(|list| list.contains(&slot));
+        }
+        let (a, b) = unpack(v);
+        a == slot || b == slot
+    }
+
+    /// The holders of `hash`, appended to `out`.
+    fn holders_into(&self, hash: u64, out: &mut Vec<Slot>) {
+        match self.blocks.get(&hash) {
+            Some(&SPILLED) => out.extend(self.spilled.get(&hash).into_iter().flatten()),
+            Some(&v) => {
+                let (a, b) = unpack(v);
+                out.extend([a, b].into_iter().filter(|&s| s != EMPTY));
+            }
+            None => {}
         }
     }
 
-    fn drop_entry(&mut self, slot: Slot, hash: u64) {
-        if let Some(holders) = self.blocks.get_mut(&hash) {
-            holders.retain(|(s, _)| *s != slot);
-            if holders.is_empty() {
-                self.blocks.remove(&hash);
-            }
+    /// Adds `slot` to a block's holders; false when it was there already.
+    fn add(&mut self, slot: Slot, hash: u64) -> bool {
+        debug_assert!(slot < EMPTY - 1, "slot numbers stay far below the markers");
+        let v = *self.blocks.entry(hash).or_insert(pack(EMPTY, EMPTY));
+        if self.holds(hash, v, slot) {
+            return false;
         }
+        let (a, b) = unpack(v);
+        let packed = if v == SPILLED {
+            self.spilled.entry(hash).or_default().push(slot);
+            SPILLED
+        } else if a == EMPTY {
+            pack(slot, b)
+        } else if b == EMPTY {
+            pack(a, slot)
+        } else {
+            self.spilled.insert(hash, vec![a, b, slot]);
+            SPILLED
+        };
+        self.blocks.insert(hash, packed);
+        true
+    }
+
+    /// Removes `slot` from a block's holders; false when it was not there.
+    fn drop_entry(&mut self, slot: Slot, hash: u64) -> bool {
+        let Some(&v) = self.blocks.get(&hash) else {
+            return false;
+        };
+        let remaining = match remove_holder(v, hash, slot, &mut self.spilled) {
+            Some(remaining) => remaining,
+            None => return false,
+        };
+        if remaining == pack(EMPTY, EMPTY) {
+            self.blocks.remove(&hash);
+        } else {
+            self.blocks.insert(hash, remaining);
+        }
+        true
+    }
+
+    /// Removes `slot` from every block it holds and keeps the blocks `keep` names.
+    fn remove_slot_everywhere(&mut self, slot: Slot, keep: &FxHashMap<u64, f64>) {
+        let spilled = &mut self.spilled;
+        self.blocks.retain(|&hash, v| {
+            if keep.contains_key(&hash) {
+                return true;
+            }
+            if let Some(remaining) = remove_holder(*v, hash, slot, spilled) {
+                *v = remaining;
+            }
+            *v != pack(EMPTY, EMPTY)
+        });
+    }
+
+    /// Whether `slot` holds `hash` from routing rather than from events.
+    fn is_routed(&self, slot: Slot, hash: u64) -> bool {
+        self.holders
+            .get(slot as usize)
+            .is_some_and(|h| !h.routed_at.is_empty() && h.routed_at.contains_key(&hash))
     }
 
     /// Applies an instance's events in order; on a gap nothing after it is applied.
@@ -100,13 +187,10 @@ impl PrefixIndex {
             }
             holder.last_seq = event.seq;
             match &event.kind {
-                KvEventKind::Stored(block) => {
-                    self.holder(slot).exact.insert(block.hash);
-                    self.add(slot, block.hash, f64::INFINITY);
-                }
+                KvEventKind::Stored(block) => self.store_exact(slot, block.hash),
                 KvEventKind::Removed { hash } => {
-                    if self.holder(slot).exact.remove(hash) {
-                        self.drop_entry(slot, *hash);
+                    if !self.is_routed(slot, *hash) && self.drop_entry(slot, *hash) {
+                        self.holder(slot).exact -= 1;
                     }
                 }
                 KvEventKind::AllCleared => self.clear_exact(slot),
@@ -115,31 +199,55 @@ impl PrefixIndex {
         Ok(())
     }
 
+    fn store_exact(&mut self, slot: Slot, hash: u64) {
+        if self.is_routed(slot, hash) {
+            // An exact entry replaces a routed one.
+            let holder = self.holder(slot);
+            holder.routed_at.remove(&hash);
+            holder.exact += 1;
+        } else if self.add(slot, hash) {
+            self.holder(slot).exact += 1;
+        }
+    }
+
     /// Replaces an instance's exact entries with a snapshot whose last event is `seq`.
     pub fn resync(&mut self, slot: Slot, seq: u64, blocks: &[StoredBlock]) {
         self.clear_exact(slot);
         for block in blocks {
-            self.holder(slot).exact.insert(block.hash);
-            self.add(slot, block.hash, f64::INFINITY);
+            self.store_exact(slot, block.hash);
         }
         self.holder(slot).last_seq = seq;
     }
 
+    /// Drops every exact entry of `slot` (a scan of the whole map).
     fn clear_exact(&mut self, slot: Slot) {
-        let exact = std::mem::take(&mut self.holder(slot).exact);
-        for hash in exact {
-            self.drop_entry(slot, hash);
+        if self.holder(slot).exact == 0 {
+            return;
         }
+        let routed = std::mem::take(&mut self.holder(slot).routed_at);
+        self.remove_slot_everywhere(slot, &routed);
+        let holder = self.holder(slot);
+        holder.routed_at = routed;
+        holder.exact = 0;
     }
 
     /// Records that a request with these blocks was routed to `slot` at `now`.
     pub fn record_route(&mut self, slot: Slot, hashes: &[u64], now: f64) {
         for &hash in hashes {
-            self.add(slot, hash, now);
-            self.holder(slot).routed.push_back((hash, now));
+            let held_exactly = self
+                .blocks
+                .get(&hash)
+                .is_some_and(|&v| self.holds(hash, v, slot))
+                && !self.is_routed(slot, hash);
+            if held_exactly {
+                continue;
+            }
+            self.add(slot, hash);
+            let holder = self.holder(slot);
+            holder.routed_at.insert(hash, now);
+            holder.routed.push_back((hash, now));
         }
-        let capacity = self.routed_capacity;
-        while self.holder(slot).routed.len() > capacity {
+        while self.holder(slot).routed.len() > self.routed_capacity {
             let (hash, at) = self.holder(slot).routed.pop_front().expect("over capacity");
             self.forget_routed(slot, hash, at);
         }
@@ -158,39 +266,32 @@ impl PrefixIndex {
         }
     }
 
-    /// Forgets a routed entry recorded at `at`, unless it was refreshed later or is exact.
+    /// Forgets a routed entry recorded at `at`, unless it was refreshed later or became exact.
     fn forget_routed(&mut self, slot: Slot, hash: u64, at: f64) {
-        let refreshed = self
-            .blocks
-            .get(&hash)
-            .and_then(|h| h.iter().find(|(s, _)| *s == slot))
-            .is_some_and(|&(_, since)| since > at);
-        if !refreshed {
-            self.drop_entry(slot, hash);
+        let holder = self.holder(slot);
+        match holder.routed_at.get(&hash) {
+            Some(&latest) if latest <= at => {
+                holder.routed_at.remove(&hash);
+                self.drop_entry(slot, hash);
+            }
+            _ => {}
         }
     }
 
     /// Forgets everything about an instance.
     pub fn remove_instance(&mut self, slot: Slot) {
-        let Some(holder) = self.holders.get_mut(slot as usize) else {
+        if self.holders.get(slot as usize).is_none() {
             return;
-        };
-        let holder = std::mem::take(holder);
-        for hash in holder
-            .exact
-            .iter()
-            .copied()
-            .chain(holder.routed.iter().map(|r| r.0))
-        {
-            self.drop_entry(slot, hash);
         }
+        self.remove_slot_everywhere(slot, &FxHashMap::default());
+        self.holders[slot as usize] = Holder::default();
     }
 
     /// Blocks indexed for an instance (exact and routed).
     pub fn len_of(&self, slot: Slot) -> usize {
         self.holders
             .get(slot as usize)
-            .map_or(0, |h| h.exact.len() + h.routed.len())
+            .map_or(0, |h| h.exact + h.routed_at.len())
     }
 
     /// Last applied event number of an instance.
@@ -198,21 +299,38 @@ impl PrefixIndex {
         self.holders.get(slot as usize).map_or(0, |h| h.last_seq)
     }
 
+    /// Whether `slot`'s entry for `hash` counts at `now` (exact, or routed within the TTL).
+    fn live(&self, slot: Slot, hash: u64, now: f64) -> bool {
+        match self.holders.get(slot as usize) {
+            Some(h) if !h.routed_at.is_empty() => match h.routed_at.get(&hash) {
+                Some(&at) => now - at <= self.routed_ttl,
+                None => true,
+            },
+            _ => true,
+        }
+    }
+
     /// For each instance holding the first block, how many leading blocks of `hashes` it holds
     /// (routed entries count while younger than the TTL at `now`).
     pub fn lookup(&self, hashes: &[u64], now: f64, out: &mut Vec<(Slot, u32)>) {
         out.clear();
-        for (i, hash) in hashes.iter().enumerate() {
-            let Some(holders) = self.blocks.get(hash) else {
+        for (i, &hash) in hashes.iter().enumerate() {
+            let Some(&v) = self.blocks.get(&hash) else {
                 break;
             };
-            let live = |since: f64| since == f64::INFINITY || now - since <= self.routed_ttl;
             if i == 0 {
-                out.extend(holders.iter().filter(|h| live(h.1)).map(|h| (h.0, 1)));
+                let mut first = Vec::new();
+                self.holders_into(hash, &mut first);
+                out.extend(
+                    first
+                        .into_iter()
+                        .filter(|&s| self.live(s, hash, now))
+                        .map(|s| (s, 1)),
+                );
             } else {
                 let mut extended = false;
                 for entry in out.iter_mut().filter(|e| e.1 as usize == i) {
-                    if holders.iter().any(|h| h.0 == entry.0 && live(h.1)) {
+                    if self.holds(hash, v, entry.0) && self.live(entry.0, hash, now) {
                         entry.1 += 1;
                         extended = true;
                     }
@@ -222,6 +340,35 @@ impl PrefixIndex {
                 }
             }
         }
+    }
+}
+
+/// `v` without `slot` (re-packed when a spilled list shrinks to two), or `None` when `slot` was
+/// not a holder.
+fn remove_holder(
+    v: u64,
+    hash: u64,
+    slot: Slot,
+    spilled: &mut FxHashMap<u64, Vec<Slot>>,
+) -> Option<u64> {
+    if v == SPILLED {
+        let list = spilled.get_mut(&hash)?;
+        let at = list.iter().position(|&s| s == slot)?;
+        list.swap_remove(at);
+        if list.len() <= 2 {
+            let list = spilled.remove(&hash).unwrap_or_default();
+            let get = |i: usize| list.get(i).copied().unwrap_or(EMPTY);
+            return Some(pack(get(0), get(1)));
+        }
+        return Some(SPILLED);
+    }
+    let (a, b) = unpack(v);
+    if a == slot {
+        Some(pack(EMPTY, b))
+    } else if b == slot {
+        Some(pack(a, EMPTY))
+    } else {
+        None
     }
 }
 
@@ -297,7 +444,33 @@ mod tests {
         assert_eq!(lookup(&index, &[10]), vec![(0, 1)]);
         index.remove_instance(0);
         assert!(lookup(&index, &[10]).is_empty());
-        assert!(index.blocks.is_empty(), "nothing left behind");
+        assert!(
+            index.blocks.is_empty() && index.spilled.is_empty(),
+            "nothing left behind"
+        );
+    }
+
+    #[test]
+    fn blocks_held_by_many_instances_spill_and_come_back() {
+        let mut index = PrefixIndex::new(60.0, 1000);
+        for slot in 0..5 {
+            index.apply(slot, &[stored(1, 42), stored(2, 43)]).unwrap();
+        }
+        assert_eq!(
+            lookup(&index, &[42, 43]),
+            (0..5).map(|s| (s, 2)).collect::<Vec<_>>()
+        );
+        for slot in [4, 1, 3] {
+            index.apply(slot, &[removed(3, 42)]).unwrap();
+        }
+        assert!(
+            !index.spilled.contains_key(&42),
+            "two holders fit inline again"
+        );
+        assert_eq!(lookup(&index, &[42, 43]), vec![(0, 2), (2, 2)]);
+        index.remove_instance(0);
+        index.remove_instance(2);
+        assert_eq!(lookup(&index, &[43]), vec![(1, 1), (3, 1), (4, 1)]);
     }
 
     #[test]
