@@ -18,8 +18,10 @@ pub enum EngineKind {
     /// SGLang: `/metrics` scraped.
     Sglang,
     /// FastDeploy: `/metrics` scraped.
+    #[serde(rename = "fastdeploy")]
     FastDeploy,
     /// MindIE: `/metrics` scraped.
+    #[serde(rename = "mindie")]
     MindIe,
 }
 

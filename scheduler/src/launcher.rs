@@ -3,7 +3,9 @@
 
 use crate::cms::{EngineKind, InstanceMeta};
 use crate::policy::Policy;
-use crate::service::{probe_model, router, watch_switchyard_instance, SchedulerService};
+use crate::service::{
+    probe_model, router, scrape_instance, watch_switchyard_instance, SchedulerService,
+};
 use crate::{Scheduler, SchedulerConfig};
 use anyhow::Context;
 use std::sync::Arc;
@@ -19,7 +21,8 @@ pub struct SchedulerArgs {
     /// Port to listen on.
     #[arg(long, env = "SWITCHYARD_SCHEDULER_PORT", default_value_t = 8200)]
     pub port: u16,
-    /// Engine base URLs, comma-separated.
+    /// Engine base URLs, comma-separated; prefix `vllm@`, `sglang@`, `fastdeploy@` or `mindie@`
+    /// for engines whose `/metrics` is scraped (switchyard engines need no prefix).
     #[arg(
         long,
         env = "SWITCHYARD_INSTANCES",
@@ -27,6 +30,9 @@ pub struct SchedulerArgs {
         required = true
     )]
     pub instances: Vec<String>,
+    /// How often scraped engines' `/metrics` are read, in milliseconds.
+    #[arg(long, env = "SWITCHYARD_SCRAPE_INTERVAL", default_value_t = 100)]
+    pub scrape_interval: u64,
     /// Placement policy: round-robin, least-load, least-tokens, power-of-two, cache-aware, predictive.
     #[arg(long, env = "SWITCHYARD_POLICY", default_value = "cache-aware")]
     pub policy: Policy,
@@ -71,9 +77,13 @@ pub async fn run(
         args.seed,
     ))?);
     let client = reqwest::Client::new();
-    for endpoint in &args.instances {
-        let endpoint = endpoint.trim_end_matches('/').to_string();
+    for entry in &args.instances {
+        let (kind, endpoint) = parse_instance(entry)?;
         let (service, client) = (service.clone(), client.clone());
+        let (interval, block_size) = (
+            Duration::from_millis(args.scrape_interval.max(1)),
+            args.block_size,
+        );
         tokio::spawn(async move {
             let model = loop {
                 match probe_model(&client, &endpoint).await {
@@ -87,9 +97,25 @@ pub async fn run(
                 endpoint: endpoint.clone(),
                 model,
                 role: InferStage::Neutral,
-                kind: EngineKind::Switchyard,
+                kind,
             });
-            watch_switchyard_instance(service, client, endpoint.clone(), endpoint).await;
+            match kind {
+                EngineKind::Switchyard => {
+                    watch_switchyard_instance(service, client, endpoint.clone(), endpoint).await
+                }
+                kind => {
+                    scrape_instance(
+                        service,
+                        client,
+                        endpoint.clone(),
+                        endpoint,
+                        kind,
+                        interval,
+                        block_size,
+                    )
+                    .await
+                }
+            }
         });
     }
     let addr = format!("{}:{}", args.host, args.port);
@@ -105,4 +131,28 @@ pub async fn run(
         .with_graceful_shutdown(shutdown)
         .await
         .context("scheduler server failed")
+}
+
+/// An `--instances` entry: `URL` (a switchyard engine) or `KIND@URL`.
+fn parse_instance(entry: &str) -> anyhow::Result<(EngineKind, String)> {
+    let (kind, url) = match entry.split_once('@') {
+        Some((kind, url)) if !kind.contains("://") => {
+            let kind = match kind {
+                "switchyard" => EngineKind::Switchyard,
+                "vllm" => EngineKind::Vllm,
+                "sglang" => EngineKind::Sglang,
+                "fastdeploy" => EngineKind::FastDeploy,
+                "mindie" => EngineKind::MindIe,
+                other => {
+                    anyhow::bail!("unknown engine kind {other:?} in --instances entry {entry:?}")
+                }
+            };
+            (kind, url)
+        }
+        _ => (EngineKind::Switchyard, entry),
+    };
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        anyhow::bail!("--instances entry {entry:?} is not an http(s) URL");
+    }
+    Ok((kind, url.trim_end_matches('/').to_string()))
 }

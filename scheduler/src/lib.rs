@@ -6,6 +6,7 @@
 //! - [`prefix_index`]: which instance holds which prefix block.
 //! - [`policy`]: candidate metrics, filters and selectors.
 //! - [`scheduler`]: all of the above behind schedule / release / report.
+//! - [`scrape`]: engine state from the `/metrics` pages of vLLM, SGLang, FastDeploy and MindIE.
 //! - [`service`]: the scheduler running: HTTP API, instance sources, metrics.
 //!
 //! Every function here takes the time as an argument and never reads a clock, so the same code
@@ -18,6 +19,7 @@ pub mod policy;
 pub mod predictor;
 pub mod prefix_index;
 pub mod scheduler;
+pub mod scrape;
 pub mod service;
 
 pub use scheduler::{Placement, ScheduleError, Scheduler, SchedulerConfig};

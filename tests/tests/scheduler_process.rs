@@ -136,3 +136,52 @@ async fn the_scheduler_follows_real_engines() {
         .unwrap();
     assert!(metrics.contains("scheduler_scheduling_total"));
 }
+
+#[tokio::test]
+async fn the_scheduler_scrapes_engines_by_their_metrics_dialect() {
+    let engines = Process::engine(
+        3,
+        &[
+            "--sim-time-scale",
+            "1000",
+            "--metrics-dialect",
+            "vllm,fastdeploy,mindie",
+            "--num-kv-blocks",
+            "1000",
+        ],
+    )
+    .await;
+    let urls = vec![
+        format!("vllm@{}", engines.url(0)),
+        format!("fastdeploy@{}", engines.url(1)),
+        format!("mindie@{}", engines.url(2)),
+    ];
+    let scheduler = Process::scheduler(
+        &urls,
+        &["--policy", "least-load", "--scrape-interval", "50"],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    until_ready(&client, &scheduler, 3).await;
+    let list = instances(&client, &scheduler).await;
+    let kinds: Vec<&str> = list
+        .iter()
+        .map(|v| v["meta"]["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["vllm", "fastdeploy", "mindie"]);
+    assert_eq!(
+        list[0]["status"]["total_kv_tokens"], 16_000,
+        "vLLM's cache_config_info gives blocks and block size"
+    );
+    assert_eq!(
+        list[1]["status"]["total_kv_tokens"], 16_000,
+        "FastDeploy's max_gpu_block_num at the configured block size"
+    );
+    let placed = schedule(
+        &client,
+        &scheduler,
+        json!({"request_id": "s1", "model": "qwen3-0.6b", "prompt_tokens": 10}),
+    )
+    .await;
+    assert!(placed["instance_id"].as_str().is_some(), "{placed}");
+}

@@ -7,7 +7,7 @@ mod sources;
 
 pub use http::router;
 pub use metrics::SchedulerMetrics;
-pub use sources::{probe_model, watch_switchyard_instance};
+pub use sources::{probe_model, scrape_instance, watch_switchyard_instance};
 
 use crate::cms::InstanceMeta;
 use crate::scheduler::{InstanceView, ScheduleError, Scheduler};

@@ -2,9 +2,12 @@
 //!
 //! A switchyard engine pushes status snapshots (`GET /v1/state`) and KV events
 //! (`GET /v1/kv_events`) as server-sent events; each stream is followed by its own task, which
-//! reconnects with backoff and marks the instance unreachable while it cannot.
+//! reconnects with backoff and marks the instance unreachable while it cannot. Other engines are
+//! scraped: their `/metrics` page is read every scrape interval and turned into a status.
 
 use super::SchedulerService;
+use crate::cms::EngineKind;
+use crate::scrape::status_from_metrics;
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use std::sync::Arc;
@@ -110,5 +113,39 @@ async fn follow_kv_events(
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Scrapes an engine's `/metrics` every `interval` while the instance is known.
+pub async fn scrape_instance(
+    service: Arc<SchedulerService>,
+    client: reqwest::Client,
+    id: String,
+    endpoint: String,
+    kind: EngineKind,
+    interval: Duration,
+    block_size: u32,
+) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while service.has_instance(&id) {
+        ticks.tick().await;
+        let page = match client
+            .get(format!("{endpoint}/metrics"))
+            .timeout(interval.max(Duration::from_secs(1)))
+            .send()
+            .await
+        {
+            Ok(r) if r.status().is_success() => r.text().await.ok(),
+            _ => None,
+        };
+        match page.map(|text| status_from_metrics(kind, &text, block_size)) {
+            Some(Ok(status)) => service.on_status(&id, status),
+            Some(Err(e)) => {
+                tracing::warn!("{id}: {e}");
+                service.on_unreachable(&id);
+            }
+            None => service.on_unreachable(&id),
+        }
     }
 }

@@ -1,0 +1,120 @@
+//! Engine state from a Prometheus `/metrics` page, for engines without a state stream (vLLM,
+//! SGLang, FastDeploy, MindIE). Only what those metrics tell is filled in: request counts and
+//! KV usage; prefill queues and step samples stay empty.
+
+use crate::cms::EngineKind;
+use openmetrics_parser::prometheus::parse_prometheus;
+use openmetrics_parser::{MetricsExposition, PrometheusType, PrometheusValue};
+use switchyard_protocol::engine_state::EngineStatus;
+
+type Exposition = MetricsExposition<PrometheusType, PrometheusValue>;
+
+/// The sum of a gauge's (or counter's) samples, if the family exists.
+fn value(exp: &Exposition, name: &str) -> Option<f64> {
+    let family = exp.families.get(name)?;
+    let mut total = None;
+    for sample in family.iter_samples() {
+        let v = match &sample.value {
+            PrometheusValue::Gauge(n) | PrometheusValue::Unknown(n) => n.as_f64(),
+            PrometheusValue::Counter(c) => c.value.as_f64(),
+            _ => continue,
+        };
+        *total.get_or_insert(0.0) += v;
+    }
+    total
+}
+
+/// A label of the first sample of a family (info metrics).
+fn label(exp: &Exposition, name: &str, key: &str) -> Option<String> {
+    let family = exp.families.get(name)?;
+    let sample = family.iter_samples().next()?;
+    let labels = sample.get_labelset().ok()?;
+    labels.get_label_value(key).map(String::from)
+}
+
+/// Reads an engine's status from its metrics text; `block_size` is used where the engine does
+/// not say its own.
+pub fn status_from_metrics(
+    kind: EngineKind,
+    text: &str,
+    block_size: u32,
+) -> Result<EngineStatus, String> {
+    let exp = parse_prometheus(text).map_err(|e| format!("unreadable metrics: {e:?}"))?;
+    let need = |name: &str| value(&exp, name).ok_or_else(|| format!("{name} is missing"));
+    let mut status = EngineStatus {
+        block_size,
+        ..Default::default()
+    };
+    // (running, waiting, swapped, usage 0-1, total KV tokens if known)
+    let (running, waiting, swapped, usage, total) = match kind {
+        EngineKind::Vllm => {
+            let bs = label(&exp, "vllm:cache_config_info", "block_size")
+                .and_then(|b| b.parse::<u32>().ok());
+            let blocks = label(&exp, "vllm:cache_config_info", "num_gpu_blocks")
+                .and_then(|b| b.parse::<u64>().ok());
+            if let Some(bs) = bs {
+                status.block_size = bs;
+            }
+            let usage = value(&exp, "vllm:kv_cache_usage_perc")
+                .or_else(|| value(&exp, "vllm:gpu_cache_usage_perc"))
+                .ok_or("vllm:kv_cache_usage_perc is missing")?;
+            (
+                need("vllm:num_requests_running")?,
+                need("vllm:num_requests_waiting")?,
+                0.0,
+                usage,
+                blocks.map(|b| b * status.block_size as u64),
+            )
+        }
+        EngineKind::Sglang => {
+            let used = value(&exp, "sglang:num_used_tokens");
+            let usage = need("sglang:token_usage")?;
+            let total = value(&exp, "sglang:max_total_num_tokens")
+                .or_else(|| used.filter(|_| usage > 0.0).map(|u| u / usage))
+                .map(|t| t.round() as u64);
+            (
+                need("sglang:num_running_reqs")?,
+                need("sglang:num_queue_reqs")?,
+                0.0,
+                usage,
+                total,
+            )
+        }
+        EngineKind::FastDeploy => (
+            need("fastdeploy:num_requests_running")?,
+            need("fastdeploy:num_requests_waiting")?,
+            0.0,
+            need("fastdeploy:gpu_cache_usage_perc")?,
+            value(&exp, "fastdeploy:max_gpu_block_num").map(|b| b as u64 * block_size as u64),
+        ),
+        EngineKind::MindIe => (
+            need("num_requests_running")?,
+            need("num_requests_waiting")?,
+            value(&exp, "num_requests_swapped").unwrap_or(0.0),
+            need("npu_cache_usage_perc")?,
+            None,
+        ),
+        EngineKind::Switchyard => return Err("switchyard engines publish a state stream".into()),
+    };
+    // Without a capacity, keep the usage ratio exact on a nominal million tokens.
+    let total = total.unwrap_or(1_000_000);
+    status.num_running = running as u32;
+    status.num_decoding = running as u32;
+    status.num_waiting = waiting as u32;
+    status.num_swapped = swapped as u32;
+    status.total_kv_tokens = total;
+    status.used_kv_tokens = (usage.clamp(0.0, 1.0) * total as f64).round() as u64;
+    Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_families_are_named() {
+        let err = status_from_metrics(EngineKind::Vllm, "# TYPE x gauge\nx 1\n", 16).unwrap_err();
+        assert!(err.contains("vllm:"), "{err}");
+        assert!(status_from_metrics(EngineKind::MindIe, "not metrics {", 16).is_err());
+    }
+}
