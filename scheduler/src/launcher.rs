@@ -1,16 +1,14 @@
-//! `switchyard scheduler`: the scheduler as its own process, following a static list of
-//! switchyard engine instances.
+//! `switchyard scheduler`: the scheduler as its own process, following the engine instances that
+//! a static list, a DNS name or a file names.
 
-use crate::cms::{EngineKind, InstanceMeta};
 use crate::policy::Policy;
 use crate::service::{
-    probe_model, router, scrape_instance, watch_switchyard_instance, SchedulerService,
+    parse_entry, router, run_discovery, Discovery, FollowSettings, SchedulerService,
 };
 use crate::{Scheduler, SchedulerConfig};
 use anyhow::Context;
 use std::sync::Arc;
 use std::time::Duration;
-use switchyard_protocol::schedule::InferStage;
 
 /// Flags of `switchyard scheduler`.
 #[derive(Debug, Clone, clap::Args)]
@@ -23,13 +21,24 @@ pub struct SchedulerArgs {
     pub port: u16,
     /// Engine base URLs, comma-separated; prefix `vllm@`, `sglang@`, `fastdeploy@` or `mindie@`
     /// for engines whose `/metrics` is scraped (switchyard engines need no prefix).
+    #[arg(long, env = "SWITCHYARD_INSTANCES", value_delimiter = ',')]
+    pub instances: Vec<String>,
+    /// Discover instances by resolving this `name:port` (a Kubernetes headless Service).
+    #[arg(long, env = "SWITCHYARD_INSTANCES_DNS")]
+    pub instances_dns: Option<String>,
+    /// Engine kind of the instances found by DNS: switchyard, vllm, sglang, fastdeploy, mindie.
     #[arg(
         long,
-        env = "SWITCHYARD_INSTANCES",
-        value_delimiter = ',',
-        required = true
+        env = "SWITCHYARD_INSTANCES_DNS_KIND",
+        default_value = "switchyard"
     )]
-    pub instances: Vec<String>,
+    pub instances_dns_kind: String,
+    /// Read instances from this file (one entry a line), re-read when it changes.
+    #[arg(long, env = "SWITCHYARD_INSTANCES_FILE")]
+    pub instances_file: Option<std::path::PathBuf>,
+    /// Seconds between discovery refreshes (DNS and file).
+    #[arg(long, env = "SWITCHYARD_DISCOVERY_INTERVAL", default_value_t = 1.0)]
+    pub discovery_interval: f64,
     /// How often scraped engines' `/metrics` are read, in milliseconds.
     #[arg(long, env = "SWITCHYARD_SCRAPE_INTERVAL", default_value_t = 100)]
     pub scrape_interval: u64,
@@ -54,6 +63,33 @@ pub struct SchedulerArgs {
 }
 
 impl SchedulerArgs {
+    /// The one discovery source the flags name.
+    pub fn discovery(&self) -> anyhow::Result<Discovery> {
+        match (
+            !self.instances.is_empty(),
+            &self.instances_dns,
+            &self.instances_file,
+        ) {
+            (true, None, None) => {
+                for entry in &self.instances {
+                    parse_entry(entry)?;
+                }
+                Ok(Discovery::Static(self.instances.clone()))
+            }
+            (false, Some(target), None) => {
+                let (kind, _) = parse_entry(&format!("{}@http://x", self.instances_dns_kind))?;
+                Ok(Discovery::Dns {
+                    target: target.clone(),
+                    kind,
+                })
+            }
+            (false, None, Some(path)) => Ok(Discovery::File(path.clone())),
+            _ => anyhow::bail!(
+                "give exactly one of --instances, --instances-dns and --instances-file"
+            ),
+        }
+    }
+
     /// The scheduler settings these flags describe.
     pub fn config(&self) -> SchedulerConfig {
         SchedulerConfig {
@@ -76,48 +112,18 @@ pub async fn run(
         args.config(),
         args.seed,
     ))?);
-    let client = reqwest::Client::new();
-    for entry in &args.instances {
-        let (kind, endpoint) = parse_instance(entry)?;
-        let (service, client) = (service.clone(), client.clone());
-        let (interval, block_size) = (
-            Duration::from_millis(args.scrape_interval.max(1)),
-            args.block_size,
-        );
-        tokio::spawn(async move {
-            let model = loop {
-                match probe_model(&client, &endpoint).await {
-                    Some(model) => break model,
-                    None => tokio::time::sleep(Duration::from_millis(500)).await,
-                }
-            };
-            tracing::info!("instance {endpoint} serves {model}");
-            service.add_instance(InstanceMeta {
-                id: endpoint.clone(),
-                endpoint: endpoint.clone(),
-                model,
-                role: InferStage::Neutral,
-                kind,
-            });
-            match kind {
-                EngineKind::Switchyard => {
-                    watch_switchyard_instance(service, client, endpoint.clone(), endpoint).await
-                }
-                kind => {
-                    scrape_instance(
-                        service,
-                        client,
-                        endpoint.clone(),
-                        endpoint,
-                        kind,
-                        interval,
-                        block_size,
-                    )
-                    .await
-                }
-            }
-        });
-    }
+    let discovery = args.discovery()?;
+    let settings = FollowSettings {
+        refresh: Duration::from_secs_f64(args.discovery_interval.max(0.05)),
+        scrape_interval: Duration::from_millis(args.scrape_interval.max(1)),
+        block_size: args.block_size,
+    };
+    tokio::spawn(run_discovery(
+        service.clone(),
+        reqwest::Client::new(),
+        discovery,
+        settings,
+    ));
     let addr = format!("{}:{}", args.host, args.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -131,28 +137,4 @@ pub async fn run(
         .with_graceful_shutdown(shutdown)
         .await
         .context("scheduler server failed")
-}
-
-/// An `--instances` entry: `URL` (a switchyard engine) or `KIND@URL`.
-fn parse_instance(entry: &str) -> anyhow::Result<(EngineKind, String)> {
-    let (kind, url) = match entry.split_once('@') {
-        Some((kind, url)) if !kind.contains("://") => {
-            let kind = match kind {
-                "switchyard" => EngineKind::Switchyard,
-                "vllm" => EngineKind::Vllm,
-                "sglang" => EngineKind::Sglang,
-                "fastdeploy" => EngineKind::FastDeploy,
-                "mindie" => EngineKind::MindIe,
-                other => {
-                    anyhow::bail!("unknown engine kind {other:?} in --instances entry {entry:?}")
-                }
-            };
-            (kind, url)
-        }
-        _ => (EngineKind::Switchyard, entry),
-    };
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        anyhow::bail!("--instances entry {entry:?} is not an http(s) URL");
-    }
-    Ok((kind, url.trim_end_matches('/').to_string()))
 }

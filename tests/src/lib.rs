@@ -80,19 +80,13 @@ impl Process {
         process
     }
 
-    /// Starts `switchyard scheduler` over `instances` with `args`, and waits for its `/health`.
-    pub async fn scheduler(instances: &[String], args: &[&str]) -> Process {
+    /// Starts `switchyard scheduler` with `args` (which name its instances), and waits for its
+    /// `/health`.
+    pub async fn scheduler(args: &[&str]) -> Process {
         let port = free_ports(1);
         let child = Command::new(binary())
             .arg("scheduler")
-            .args([
-                "--host",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--instances",
-                &instances.join(","),
-            ])
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())

@@ -45,7 +45,8 @@ async fn until_ready(client: &reqwest::Client, scheduler: &Process, n: usize) {
 async fn the_scheduler_follows_real_engines() {
     let engines = Process::engine(4, &["--sim-time-scale", "1000"]).await;
     let urls: Vec<String> = (0..4).map(|i| engines.url(i)).collect();
-    let scheduler = Process::scheduler(&urls, &["--policy", "cache-aware"]).await;
+    let list = urls.join(",");
+    let scheduler = Process::scheduler(&["--instances", &list, "--policy", "cache-aware"]).await;
     let client = reqwest::Client::new();
     until_ready(&client, &scheduler, 4).await;
 
@@ -156,10 +157,15 @@ async fn the_scheduler_scrapes_engines_by_their_metrics_dialect() {
         format!("fastdeploy@{}", engines.url(1)),
         format!("mindie@{}", engines.url(2)),
     ];
-    let scheduler = Process::scheduler(
-        &urls,
-        &["--policy", "least-load", "--scrape-interval", "50"],
-    )
+    let list = urls.join(",");
+    let scheduler = Process::scheduler(&[
+        "--instances",
+        &list,
+        "--policy",
+        "least-load",
+        "--scrape-interval",
+        "50",
+    ])
     .await;
     let client = reqwest::Client::new();
     until_ready(&client, &scheduler, 3).await;
@@ -184,4 +190,72 @@ async fn the_scheduler_scrapes_engines_by_their_metrics_dialect() {
     )
     .await;
     assert!(placed["instance_id"].as_str().is_some(), "{placed}");
+}
+
+/// Waits until the scheduler knows exactly `ids`, all schedulable.
+async fn until_instances(client: &reqwest::Client, scheduler: &Process, ids: &[String]) {
+    for _ in 0..200 {
+        let list = instances(client, scheduler).await;
+        let known: Vec<String> = list
+            .iter()
+            .map(|v| v["meta"]["id"].as_str().unwrap().to_string())
+            .collect();
+        if known == ids && list.iter().all(|v| v["schedulable"] == true) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the scheduler never saw exactly {ids:?}");
+}
+
+#[tokio::test]
+async fn instances_come_and_go_with_the_discovery_file() {
+    let engines = Process::engine(2, &["--sim-time-scale", "1000"]).await;
+    let (a, b) = (engines.url(0), engines.url(1));
+    let dir = std::env::temp_dir().join(format!("switchyard-discovery-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("instances.txt");
+    std::fs::write(&file, format!("# engines\n{a}\n")).unwrap();
+    let scheduler = Process::scheduler(&[
+        "--instances-file",
+        file.to_str().unwrap(),
+        "--discovery-interval",
+        "0.1",
+    ])
+    .await;
+    let client = reqwest::Client::new();
+    until_instances(&client, &scheduler, &[a.clone()]).await;
+    std::fs::write(&file, format!("{a}\n{b}\n")).unwrap();
+    until_instances(&client, &scheduler, &[a.clone(), b.clone()]).await;
+    std::fs::write(&file, format!("{b}\n")).unwrap();
+    until_instances(&client, &scheduler, &[b.clone()]).await;
+    let placed = schedule(
+        &client,
+        &scheduler,
+        json!({"request_id": "f1", "model": "qwen3-0.6b", "prompt_tokens": 5}),
+    )
+    .await;
+    assert_eq!(placed["instance_id"], b.as_str());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn instances_are_found_by_dns_name() {
+    let engines = Process::engine(1, &["--sim-time-scale", "1000"]).await;
+    let target = format!("localhost:{}", engines.port);
+    let scheduler =
+        Process::scheduler(&["--instances-dns", &target, "--discovery-interval", "0.2"]).await;
+    let client = reqwest::Client::new();
+    let expected = format!("http://127.0.0.1:{}", engines.port);
+    for _ in 0..200 {
+        let list = instances(&client, &scheduler).await;
+        if list
+            .iter()
+            .any(|v| v["meta"]["id"] == expected.as_str() && v["schedulable"] == true)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{expected} was not discovered through DNS");
 }

@@ -1,10 +1,12 @@
 //! The scheduler as a running service: the core behind a lock, fed by instance sources, answering
 //! the gateway over HTTP or in process, with its Prometheus metrics.
 
+mod discovery;
 mod http;
 mod metrics;
 mod sources;
 
+pub use discovery::{kind_name, parse_entry, run_discovery, Discovery, FollowSettings};
 pub use http::router;
 pub use metrics::SchedulerMetrics;
 pub use sources::{probe_model, scrape_instance, watch_switchyard_instance};
