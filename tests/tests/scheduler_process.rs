@@ -152,7 +152,7 @@ async fn the_scheduler_scrapes_engines_by_their_metrics_dialect() {
         ],
     )
     .await;
-    let urls = vec![
+    let urls = [
         format!("vllm@{}", engines.url(0)),
         format!("fastdeploy@{}", engines.url(1)),
         format!("mindie@{}", engines.url(2)),
@@ -224,11 +224,11 @@ async fn instances_come_and_go_with_the_discovery_file() {
     ])
     .await;
     let client = reqwest::Client::new();
-    until_instances(&client, &scheduler, &[a.clone()]).await;
+    until_instances(&client, &scheduler, std::slice::from_ref(&a)).await;
     std::fs::write(&file, format!("{a}\n{b}\n")).unwrap();
     until_instances(&client, &scheduler, &[a.clone(), b.clone()]).await;
     std::fs::write(&file, format!("{b}\n")).unwrap();
-    until_instances(&client, &scheduler, &[b.clone()]).await;
+    until_instances(&client, &scheduler, std::slice::from_ref(&b)).await;
     let placed = schedule(
         &client,
         &scheduler,
