@@ -199,6 +199,7 @@ impl EngineCore {
         self.next_seq += 1;
         self.next_arrival += 1;
         self.record(now, &new.request_id, TraceKind::RequestQueueStart);
+        self.admitted_ids.push(new.request_id.clone());
         self.sched.add(Sequence::new(
             id,
             new.request_id,
@@ -242,7 +243,6 @@ impl EngineCore {
             );
             self.pending_stats.prefix_queries += prompt_len;
             self.pending_stats.prefix_hits += cached;
-            self.admitted_ids.push(rid.clone());
             for kind in TraceKind::ADMISSION {
                 self.record(now, &rid, kind);
             }

@@ -250,7 +250,11 @@ fn status_reports_queue_and_kv_state() {
     assert_eq!(status.num_waiting, 1);
     assert_eq!(status.running_prefill_tokens, 12);
     assert_eq!(status.waiting_prefill_tokens, 20);
-    assert_eq!(status.admitted, vec!["a".to_string()]);
+    assert_eq!(
+        status.admitted,
+        vec!["a".to_string(), "b".to_string()],
+        "accepted ids"
+    );
     assert_eq!(status.used_kv_tokens, 8);
     assert_eq!(status.total_kv_tokens, 400);
     assert!(

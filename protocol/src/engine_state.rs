@@ -49,7 +49,8 @@ pub struct EngineStatus {
     pub max_num_batched_tokens: u32,
     /// Most sequences in one step.
     pub max_num_seqs: u32,
-    /// Request ids (`x-request-id`) admitted since the previous snapshot.
+    /// Request ids (`x-request-id`) the engine accepted since the previous snapshot; from then on
+    /// they are in its own counts (waiting, then running).
     pub admitted: Vec<String>,
     /// Request ids that finished since the previous snapshot.
     pub finished: Vec<String>,
