@@ -78,6 +78,9 @@ pub struct ScheduleDecision {
 pub struct ReleaseRequest {
     /// The request id.
     pub request_id: String,
+    /// The gateway releasing it (counts as a sign of life).
+    #[serde(default)]
+    pub gateway: Option<String>,
 }
 
 /// Progress of a request, from the gateway.
@@ -87,4 +90,14 @@ pub struct ReportRequest {
     pub request_id: String,
     /// Tokens generated so far.
     pub tokens_so_far: u32,
+    /// The gateway reporting it (counts as a sign of life).
+    #[serde(default)]
+    pub gateway: Option<String>,
+}
+
+/// A gateway says it is alive (it sends this while idle, so its dispatches are kept).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GatewayHeartbeat {
+    /// The gateway's id.
+    pub gateway: String,
 }

@@ -45,6 +45,16 @@ pub struct SchedulerArgs {
     /// Placement policy: round-robin, least-load, least-tokens, power-of-two, cache-aware, predictive.
     #[arg(long, env = "SWITCHYARD_POLICY", default_value = "cache-aware")]
     pub policy: Policy,
+    /// A policy for one model, as `MODEL=POLICY` (repeatable); other models use --policy.
+    #[arg(
+        long = "policy-for",
+        env = "SWITCHYARD_POLICY_FOR",
+        value_delimiter = ','
+    )]
+    pub policy_for: Vec<String>,
+    /// Seconds without a call or heartbeat after which a gateway's dispatches are reclaimed.
+    #[arg(long, env = "SWITCHYARD_GATEWAY_TIMEOUT", default_value_t = 30.0)]
+    pub gateway_timeout: f64,
     /// Seconds after which an instance's status is too old to schedule on.
     #[arg(long, env = "SWITCHYARD_INSTANCE_STALENESS", default_value_t = 5.0)]
     pub instance_staleness: f64,
@@ -91,15 +101,28 @@ impl SchedulerArgs {
     }
 
     /// The scheduler settings these flags describe.
-    pub fn config(&self) -> SchedulerConfig {
-        SchedulerConfig {
+    pub fn config(&self) -> anyhow::Result<SchedulerConfig> {
+        let model_policies = self
+            .policy_for
+            .iter()
+            .map(|entry| {
+                let (model, policy) = entry
+                    .split_once('=')
+                    .with_context(|| format!("--policy-for {entry:?} is not MODEL=POLICY"))?;
+                let policy: Policy = policy.parse().map_err(anyhow::Error::msg)?;
+                Ok((model.to_string(), policy))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(SchedulerConfig {
+            gateway_timeout: self.gateway_timeout,
+            model_policies,
             policy: self.policy,
             staleness: self.instance_staleness,
             block_size: self.block_size,
             tpot_slo: self.tpot_slo.map(|ms| ms / 1000.0),
             slo_admission: self.slo_admission,
             ..Default::default()
-        }
+        })
     }
 }
 
@@ -109,9 +132,17 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let service = Arc::new(SchedulerService::new(Scheduler::new(
-        args.config(),
+        args.config()?,
         args.seed,
     ))?);
+    let ticking = service.clone();
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            ticks.tick().await;
+            ticking.tick();
+        }
+    });
     let discovery = args.discovery()?;
     let settings = FollowSettings {
         refresh: Duration::from_secs_f64(args.discovery_interval.max(0.05)),

@@ -35,6 +35,10 @@ pub struct SchedulerConfig {
     pub routed_ttl: f64,
     /// Routed prefix entries kept per instance.
     pub routed_capacity: usize,
+    /// A gateway not heard from for this many seconds has its dispatches reclaimed.
+    pub gateway_timeout: f64,
+    /// Policies for particular models (others use `policy`).
+    pub model_policies: Vec<(String, Policy)>,
 }
 
 impl Default for SchedulerConfig {
@@ -50,6 +54,8 @@ impl Default for SchedulerConfig {
             slo_admission: false,
             routed_ttl: 600.0,
             routed_capacity: 1 << 20,
+            gateway_timeout: 30.0,
+            model_policies: Vec::new(),
         }
     }
 }
@@ -121,6 +127,7 @@ pub struct Scheduler {
     round_robin: u64,
     rng: SmallRng,
     hits: Vec<(Slot, u32)>,
+    gateways_seen: FxHashMap<String, f64>,
 }
 
 impl Scheduler {
@@ -135,6 +142,7 @@ impl Scheduler {
             round_robin: 0,
             rng: SmallRng::seed_from_u64(seed),
             hits: Vec::new(),
+            gateways_seen: FxHashMap::default(),
         }
     }
 
@@ -203,11 +211,37 @@ impl Scheduler {
         }
     }
 
-    /// Expires unreported dispatches and old routed prefix entries.
+    /// Expires unreported dispatches and old routed prefix entries, and reclaims the dispatches
+    /// of gateways not heard from within the gateway timeout.
     pub fn tick(&mut self, now: f64) {
         self.lrs
             .expire(now, self.config.dispatch_ttl, self.config.dispatch_forget);
         self.index.expire(now);
+        let timeout = self.config.gateway_timeout;
+        let gone: Vec<String> = self
+            .gateways_seen
+            .iter()
+            .filter(|(_, &seen)| now - seen > timeout)
+            .map(|(g, _)| g.clone())
+            .collect();
+        for gateway in gone {
+            self.gateways_seen.remove(&gateway);
+            self.lrs.reclaim_gateway(&gateway);
+        }
+    }
+
+    /// A gateway is alive at `now` (every call it makes counts; idle gateways send heartbeats).
+    pub fn gateway_seen(&mut self, gateway: &str, now: f64) {
+        self.gateways_seen.insert(gateway.to_string(), now);
+    }
+
+    /// The policy for requests of `model`.
+    pub fn policy_for(&self, model: &str) -> Policy {
+        self.config
+            .model_policies
+            .iter()
+            .find(|(m, _)| m == model)
+            .map_or(self.config.policy, |(_, p)| *p)
     }
 
     /// Releases a request's dispatch.
@@ -236,6 +270,10 @@ impl Scheduler {
         req: &ScheduleRequest,
         now: f64,
     ) -> Result<Placement, ScheduleError> {
+        if let Some(gateway) = &req.gateway {
+            self.gateway_seen(gateway, now);
+        }
+        let policy = self.policy_for(&req.model);
         let mut serving = 0;
         let mut candidates: Vec<(&InstanceState, CandidateMetrics)> = Vec::new();
         self.index.lookup(&req.block_hashes, now, &mut self.hits);
@@ -284,7 +322,7 @@ impl Scheduler {
         } else {
             0.0
         };
-        if self.config.policy == Policy::Predictive {
+        if policy == Policy::Predictive {
             if let Some(slo) = self.config.tpot_slo {
                 let inside: Vec<_> = candidates
                     .iter()
@@ -308,7 +346,7 @@ impl Scheduler {
             candidates = soft;
         }
         candidates.sort_by(|a, b| a.0.meta.id.cmp(&b.0.meta.id));
-        let chosen = match self.config.policy {
+        let chosen = match policy {
             Policy::RoundRobin => {
                 self.round_robin = self.round_robin.wrapping_add(1);
                 (self.round_robin % candidates.len() as u64) as usize
@@ -316,7 +354,7 @@ impl Scheduler {
             Policy::PowerOfTwo => {
                 let a = self.rng.random_range(0..candidates.len());
                 let b = self.rng.random_range(0..candidates.len());
-                let keys = [a, b].map(|i| self.config.policy.key(&candidates[i].1));
+                let keys = [a, b].map(|i| policy.key(&candidates[i].1));
                 [a, b][select(&keys, self.rng.random()).expect("two keys")]
             }
             policy => {

@@ -257,3 +257,46 @@ fn removing_an_instance_drops_its_index_entries_and_dispatches() {
         ("i1", 0)
     );
 }
+
+#[test]
+fn a_silent_gateway_has_its_dispatches_reclaimed() {
+    let mut s = cluster(Policy::LeastRequests, 2);
+    let from = |id: &str, gateway: &str| ScheduleRequest {
+        gateway: Some(gateway.into()),
+        ..request(id, &[1, 2, 3])
+    };
+    s.schedule(&from("a", "g1"), 0.0).unwrap();
+    s.schedule(&from("b", "g2"), 0.0).unwrap();
+    s.gateway_seen("g2", 25.0);
+    s.tick(31.0);
+    assert_eq!(
+        s.dispatches(),
+        1,
+        "g1 went silent for over 30 s; g2 sent a heartbeat"
+    );
+    s.tick(56.0);
+    assert_eq!(s.dispatches(), 0);
+}
+
+#[test]
+fn a_model_can_have_its_own_policy() {
+    let mut s = Scheduler::new(
+        SchedulerConfig {
+            policy: Policy::CacheAware,
+            model_policies: vec![("m".into(), Policy::RoundRobin)],
+            ..Default::default()
+        },
+        3,
+    );
+    assert_eq!(s.policy_for("m"), Policy::RoundRobin);
+    assert_eq!(s.policy_for("other"), Policy::CacheAware);
+    s.add_instance(InstanceMeta {
+        id: "i0".into(),
+        endpoint: "http://x".into(),
+        model: "m".into(),
+        role: InferStage::Neutral,
+        kind: EngineKind::Switchyard,
+    });
+    s.on_status("i0", idle(), 0.0);
+    assert!(s.schedule(&request("a", &[1]), 0.1).is_ok());
+}

@@ -1,5 +1,6 @@
 //! The scheduler's HTTP API.
 
+use super::ScheduleApi;
 use super::SchedulerService;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -8,7 +9,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use std::sync::Arc;
 use switchyard_protocol::openai::ApiError;
-use switchyard_protocol::schedule::{ReleaseRequest, ReportRequest, ScheduleRequest};
+use switchyard_protocol::schedule::{
+    GatewayHeartbeat, ReleaseRequest, ReportRequest, ScheduleRequest,
+};
 
 /// `POST /v1/schedule`, `/v1/release`, `/v1/report`; `GET /v1/instances`, `/health`, `/metrics`.
 pub fn router(service: Arc<SchedulerService>) -> Router {
@@ -16,6 +19,7 @@ pub fn router(service: Arc<SchedulerService>) -> Router {
         .route("/v1/schedule", post(schedule))
         .route("/v1/release", post(release))
         .route("/v1/report", post(report))
+        .route("/v1/heartbeat", post(heartbeat))
         .route("/v1/instances", get(instances))
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/metrics", get(metrics))
@@ -52,7 +56,7 @@ async fn release(
 ) -> Response {
     match parse::<ReleaseRequest>(&body) {
         Ok(r) => {
-            service.release(&r.request_id);
+            service.release(&r.request_id, r.gateway.as_deref());
             StatusCode::OK.into_response()
         }
         Err(e) => error(e),
@@ -62,7 +66,20 @@ async fn release(
 async fn report(State(service): State<Arc<SchedulerService>>, body: axum::body::Bytes) -> Response {
     match parse::<ReportRequest>(&body) {
         Ok(r) => {
-            service.report(&r.request_id, r.tokens_so_far);
+            service.report(&r.request_id, r.tokens_so_far, r.gateway.as_deref());
+            StatusCode::OK.into_response()
+        }
+        Err(e) => error(e),
+    }
+}
+
+async fn heartbeat(
+    State(service): State<Arc<SchedulerService>>,
+    body: axum::body::Bytes,
+) -> Response {
+    match parse::<GatewayHeartbeat>(&body) {
+        Ok(h) => {
+            service.heartbeat(&h.gateway);
             StatusCode::OK.into_response()
         }
         Err(e) => error(e),

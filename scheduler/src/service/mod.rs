@@ -27,6 +27,18 @@ pub fn unix_now() -> f64 {
         .unwrap_or_default()
 }
 
+/// The operations a gateway needs from a scheduler, in process (`switchyard serve`) or over HTTP.
+pub trait ScheduleApi: Send + Sync {
+    /// Places a request.
+    fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ScheduleError>;
+    /// Forgets a request's dispatch.
+    fn release(&self, request_id: &str, gateway: Option<&str>);
+    /// Progress of a request.
+    fn report(&self, request_id: &str, tokens_so_far: u32, gateway: Option<&str>);
+    /// A gateway is alive.
+    fn heartbeat(&self, gateway: &str);
+}
+
 /// A scheduler shared by the HTTP handlers, the instance sources and in-process gateways.
 pub struct SchedulerService {
     core: Mutex<Scheduler>,
@@ -48,24 +60,9 @@ impl SchedulerService {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Places a request.
-    pub fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ScheduleError> {
-        let started = Instant::now();
-        let result = self.core().schedule(req, unix_now());
-        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-        self.metrics
-            .on_schedule(req.infer_stage, &result, elapsed_ms);
-        result.map(|p| p.decision)
-    }
-
-    /// Forgets a request's dispatch.
-    pub fn release(&self, request_id: &str) {
-        self.core().release(request_id);
-    }
-
-    /// Progress of a request.
-    pub fn report(&self, request_id: &str, tokens_so_far: u32) {
-        self.core().report(request_id, tokens_so_far);
+    /// Expires what timed out and reclaims gateways not heard from.
+    pub fn tick(&self) {
+        self.core().tick(unix_now());
     }
 
     /// Adds an instance.
@@ -125,5 +122,36 @@ impl SchedulerService {
     /// The metrics text.
     pub fn render_metrics(&self) -> String {
         self.metrics.render()
+    }
+}
+
+impl ScheduleApi for SchedulerService {
+    fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ScheduleError> {
+        let started = Instant::now();
+        let result = self.core().schedule(req, unix_now());
+        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+        self.metrics
+            .on_schedule(req.infer_stage, &result, elapsed_ms);
+        result.map(|p| p.decision)
+    }
+
+    fn release(&self, request_id: &str, gateway: Option<&str>) {
+        let mut core = self.core();
+        if let Some(g) = gateway {
+            core.gateway_seen(g, unix_now());
+        }
+        core.release(request_id);
+    }
+
+    fn report(&self, request_id: &str, tokens_so_far: u32, gateway: Option<&str>) {
+        let mut core = self.core();
+        if let Some(g) = gateway {
+            core.gateway_seen(g, unix_now());
+        }
+        core.report(request_id, tokens_so_far);
+    }
+
+    fn heartbeat(&self, gateway: &str) {
+        self.core().gateway_seen(gateway, unix_now());
     }
 }
