@@ -104,6 +104,7 @@ pub struct Instance {
     commands: mpsc::UnboundedSender<Command>,
     status: broadcast::Sender<Arc<EngineStatus>>,
     latest_status: watch::Receiver<Arc<EngineStatus>>,
+    step_prior: Vec<StepSample>,
     draining: AtomicBool,
     in_flight: AtomicUsize,
 }
@@ -133,6 +134,15 @@ impl Instance {
             commands,
             status: status.clone(),
             latest_status,
+            step_prior: parts
+                .backend
+                .step_prior()
+                .into_iter()
+                .map(|s| StepSample {
+                    step_seconds: s.step_seconds / parts.time_scale,
+                    ..s
+                })
+                .collect(),
             draining: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
         });
@@ -187,6 +197,11 @@ impl Instance {
     /// The latest status snapshot.
     pub fn latest_status(&self) -> Arc<EngineStatus> {
         self.latest_status.borrow().clone()
+    }
+
+    /// Steps the backend expects to take, from its hardware profile.
+    pub fn step_prior(&self) -> &[StepSample] {
+        &self.step_prior
     }
 
     /// Forgets every cached prefix.

@@ -59,6 +59,10 @@ pub struct EngineStatus {
     /// True when snapshots were dropped before this one and ids or samples may be missing.
     #[serde(default)]
     pub lagged: bool,
+    /// Step samples the engine predicts for itself (from its hardware profile), sent with the
+    /// first snapshot of a subscription so a predictor can start from them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step_prior: Vec<StepSample>,
 }
 
 impl EngineStatus {

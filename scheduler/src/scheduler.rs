@@ -187,6 +187,10 @@ impl Scheduler {
             .fits
             .entry(id.to_string())
             .or_insert_with(|| StepTimeFit::new(DEFAULT_PRIOR));
+        if fit.samples() == 0 {
+            // The engine's own profile is the prior until its real steps arrive.
+            status.step_prior.iter().for_each(|s| fit.observe(s));
+        }
         status.steps.iter().for_each(|s| fit.observe(s));
         self.cms.update_status(id, status, now);
     }

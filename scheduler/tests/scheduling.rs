@@ -300,3 +300,48 @@ fn a_model_can_have_its_own_policy() {
     s.on_status("i0", idle(), 0.0);
     assert!(s.schedule(&request("a", &[1]), 0.1).is_ok());
 }
+
+#[test]
+fn an_engine_profile_is_the_prior_until_real_steps_arrive() {
+    use switchyard_protocol::engine_state::StepSample;
+    // A slow engine: 50 ms per step plus 1 ms per prefill token.
+    let prior: Vec<StepSample> = [(0u32, 8u32), (512, 0), (2048, 8), (4096, 64)]
+        .iter()
+        .map(|&(prefill, decode)| StepSample {
+            prefill_tokens: prefill,
+            decode_batch: decode,
+            context_tokens: prefill as u64,
+            step_seconds: 0.05 + 0.001 * prefill as f64,
+        })
+        .collect();
+    let mut s = Scheduler::new(
+        SchedulerConfig {
+            policy: Policy::Predictive,
+            ..Default::default()
+        },
+        1,
+    );
+    s.add_instance(InstanceMeta {
+        id: "slow".into(),
+        endpoint: "http://x".into(),
+        model: "m".into(),
+        role: InferStage::Neutral,
+        kind: EngineKind::Switchyard,
+    });
+    s.on_status(
+        "slow",
+        EngineStatus {
+            step_prior: prior,
+            ..idle()
+        },
+        0.0,
+    );
+    let placed = s
+        .schedule(&request("a", &(0..1000).collect::<Vec<u32>>()), 0.1)
+        .unwrap();
+    let ttft = placed.decision.predicted_ttft_ms.unwrap();
+    assert!(
+        (ttft - 1050.0).abs() < 60.0,
+        "one step of 1000 prefill tokens: {ttft} ms"
+    );
+}

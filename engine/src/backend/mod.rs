@@ -10,6 +10,7 @@ pub mod sim;
 use crate::kv::BlockId;
 use crate::sampling::Logits;
 use crate::sched::SeqId;
+use switchyard_protocol::engine_state::StepSample;
 
 /// One sequence's share of a step.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,5 +60,11 @@ pub trait Backend: Send {
     /// Whether a step takes long enough that it must run off the async runtime's threads.
     fn blocking(&self) -> bool {
         false
+    }
+
+    /// Steps this backend expects to take, from its hardware profile, before any has run (in
+    /// modelled seconds; the instance scales them to its clock).
+    fn step_prior(&self) -> Vec<StepSample> {
+        Vec::new()
     }
 }

@@ -32,7 +32,10 @@ fn repeat_of(status: &EngineStatus) -> EngineStatus {
 pub async fn state(State(instance): State<Arc<Instance>>) -> Response {
     let mut receiver = instance.subscribe_status();
     let stream = async_stream::stream! {
-        yield event(&repeat_of(&instance.latest_status()));
+        yield event(&EngineStatus {
+            step_prior: instance.step_prior().to_vec(),
+            ..repeat_of(&instance.latest_status())
+        });
         loop {
             let mut merged: EngineStatus = match tokio::time::timeout(STATUS_HEARTBEAT, receiver.recv()).await {
                 Err(_) => repeat_of(&instance.latest_status()),

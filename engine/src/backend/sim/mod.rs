@@ -18,6 +18,7 @@ pub fn shape_presets() -> Vec<&'static str> {
 }
 
 use super::{Backend, ModelBatch, ModelOutput};
+use switchyard_protocol::engine_state::StepSample;
 
 /// The simulated backend.
 #[derive(Debug, Clone)]
@@ -46,5 +47,9 @@ impl Backend for SimBackend {
                 .collect(),
             modeled_seconds: Some(self.step_time.step_seconds(batch)),
         }
+    }
+
+    fn step_prior(&self) -> Vec<StepSample> {
+        self.step_time.prior_samples()
     }
 }

@@ -7,6 +7,7 @@
 
 use super::{GpuProfile, ModelShape};
 use crate::backend::ModelBatch;
+use switchyard_protocol::engine_state::StepSample;
 
 /// Fraction of peak bandwidth a well-tuned engine reaches.
 const BANDWIDTH_EFFICIENCY: f64 = 0.8;
@@ -65,6 +66,32 @@ impl StepTimeModel {
         let memory_seconds = bytes / (self.gpu.bandwidth * BANDWIDTH_EFFICIENCY);
         let compute_seconds = flops / (self.gpu.bf16_flops * FLOPS_EFFICIENCY);
         memory_seconds.max(compute_seconds) + STEP_OVERHEAD_SECONDS
+    }
+
+    /// Modelled steps over a grid of prefill sizes, decode batches and contexts, for a latency
+    /// predictor to start from. Decoding sequences share the context evenly.
+    pub fn prior_samples(&self) -> Vec<StepSample> {
+        let mut samples = Vec::new();
+        for prefill in [0u64, 256, 1024, 4096] {
+            for decode in [0u64, 8, 64, 256] {
+                for per_seq_context in [256u64, 4096] {
+                    if prefill == 0 && decode == 0 {
+                        continue;
+                    }
+                    let mut spans = vec![(per_seq_context, 1, true); decode as usize];
+                    if prefill > 0 {
+                        spans.push((0, prefill, true));
+                    }
+                    samples.push(StepSample {
+                        prefill_tokens: prefill as u32,
+                        decode_batch: decode as u32,
+                        context_tokens: decode * (per_seq_context + 1) + prefill,
+                        step_seconds: self.seconds_for(&spans),
+                    });
+                }
+            }
+        }
+        samples
     }
 
     /// KV blocks that fit in `utilization` of the GPU's memory after the weights.
