@@ -1,11 +1,12 @@
 //! Engine state from a Prometheus `/metrics` page, for engines without a state stream (vLLM,
-//! SGLang, FastDeploy, MindIE). Only what those metrics tell is filled in: request counts and
-//! KV usage; prefill queues and step samples stay empty.
+//! SGLang, FastDeploy, MindIE). What those metrics tell is filled in: request counts and KV
+//! usage, and, between two scrapes, a decode step sample: the mean inter-token latency over the
+//! interval at the running batch size. Prefill queues stay empty.
 
 use crate::cms::EngineKind;
 use openmetrics_parser::prometheus::parse_prometheus;
 use openmetrics_parser::{MetricsExposition, PrometheusType, PrometheusValue};
-use switchyard_protocol::engine_state::EngineStatus;
+use switchyard_protocol::engine_state::{EngineStatus, StepSample};
 
 type Exposition = MetricsExposition<PrometheusType, PrometheusValue>;
 
@@ -24,6 +25,43 @@ fn value(exp: &Exposition, name: &str) -> Option<f64> {
     total
 }
 
+/// The summed `(sum, count)` of a histogram family, if it exists.
+fn histogram_totals(exp: &Exposition, name: &str) -> Option<(f64, f64)> {
+    let family = exp.families.get(name)?;
+    let mut totals = None;
+    for sample in family.iter_samples() {
+        if let PrometheusValue::Histogram(h) = &sample.value {
+            let (sum, count) = totals.get_or_insert((0.0, 0.0));
+            *sum += h.sum.as_ref().map_or(0.0, |s| s.as_f64());
+            *count += h.count.unwrap_or(0) as f64;
+        }
+    }
+    totals
+}
+
+/// The inter-token latency histogram of each engine kind.
+fn itl_histogram(kind: EngineKind) -> &'static [&'static str] {
+    match kind {
+        EngineKind::Vllm => &[
+            "vllm:inter_token_latency_seconds",
+            "vllm:time_per_output_token_seconds",
+        ],
+        EngineKind::Sglang => &[
+            "sglang:inter_token_latency_seconds",
+            "sglang:time_per_output_token_seconds",
+        ],
+        EngineKind::FastDeploy => &["fastdeploy:time_per_output_token_seconds"],
+        EngineKind::MindIe => &["time_per_output_token_seconds"],
+        EngineKind::Switchyard => &[],
+    }
+}
+
+/// What a scrape source remembers between scrapes to turn counters into step samples.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ScrapeMemory {
+    itl: Option<(f64, f64)>,
+}
+
 /// A label of the first sample of a family (info metrics).
 fn label(exp: &Exposition, name: &str, key: &str) -> Option<String> {
     let family = exp.families.get(name)?;
@@ -33,11 +71,13 @@ fn label(exp: &Exposition, name: &str, key: &str) -> Option<String> {
 }
 
 /// Reads an engine's status from its metrics text; `block_size` is used where the engine does
-/// not say its own.
+/// not say its own. `memory` carries the previous scrape's inter-token latency totals: when
+/// tokens were generated since, the status gets one decode step sample.
 pub fn status_from_metrics(
     kind: EngineKind,
     text: &str,
     block_size: u32,
+    memory: &mut ScrapeMemory,
 ) -> Result<EngineStatus, String> {
     let exp = parse_prometheus(text).map_err(|e| format!("unreadable metrics: {e:?}"))?;
     let need = |name: &str| value(&exp, name).ok_or_else(|| format!("{name} is missing"));
@@ -104,6 +144,21 @@ pub fn status_from_metrics(
     status.num_swapped = swapped as u32;
     status.total_kv_tokens = total;
     status.used_kv_tokens = (usage.clamp(0.0, 1.0) * total as f64).round() as u64;
+    let itl = itl_histogram(kind)
+        .iter()
+        .find_map(|name| histogram_totals(&exp, name));
+    if let (Some((sum, count)), Some((prev_sum, prev_count))) = (itl, memory.itl) {
+        let (d_sum, d_count) = (sum - prev_sum, count - prev_count);
+        if d_count > 0.0 && d_sum > 0.0 && running > 0.0 {
+            status.steps.push(StepSample {
+                prefill_tokens: 0,
+                decode_batch: running as u32,
+                context_tokens: status.used_kv_tokens,
+                step_seconds: d_sum / d_count,
+            });
+        }
+    }
+    memory.itl = itl;
     Ok(status)
 }
 
@@ -113,8 +168,10 @@ mod tests {
 
     #[test]
     fn missing_families_are_named() {
-        let err = status_from_metrics(EngineKind::Vllm, "# TYPE x gauge\nx 1\n", 16).unwrap_err();
+        let mut memory = ScrapeMemory::default();
+        let err = status_from_metrics(EngineKind::Vllm, "# TYPE x gauge\nx 1\n", 16, &mut memory)
+            .unwrap_err();
         assert!(err.contains("vllm:"), "{err}");
-        assert!(status_from_metrics(EngineKind::MindIe, "not metrics {", 16).is_err());
+        assert!(status_from_metrics(EngineKind::MindIe, "not metrics {", 16, &mut memory).is_err());
     }
 }

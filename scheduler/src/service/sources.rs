@@ -7,7 +7,7 @@
 
 use super::SchedulerService;
 use crate::cms::EngineKind;
-use crate::scrape::status_from_metrics;
+use crate::scrape::{status_from_metrics, ScrapeMemory};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use std::sync::Arc;
@@ -128,6 +128,7 @@ pub async fn scrape_instance(
 ) {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut memory = ScrapeMemory::default();
     while service.has_instance(&id) {
         ticks.tick().await;
         let page = match client
@@ -139,7 +140,7 @@ pub async fn scrape_instance(
             Ok(r) if r.status().is_success() => r.text().await.ok(),
             _ => None,
         };
-        match page.map(|text| status_from_metrics(kind, &text, block_size)) {
+        match page.map(|text| status_from_metrics(kind, &text, block_size, &mut memory)) {
             Some(Ok(status)) => service.on_status(&id, status),
             Some(Err(e)) => {
                 tracing::warn!("{id}: {e}");
