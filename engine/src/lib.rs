@@ -7,7 +7,6 @@
 //! the state and KV event streams the scheduler reads.
 
 pub mod backend;
-pub mod chat_template;
 pub mod config;
 pub mod core;
 pub mod instance;
@@ -18,5 +17,6 @@ pub mod model;
 pub mod sampling;
 pub mod sched;
 pub mod server;
-pub mod tokenizer;
 pub mod trace;
+
+pub use switchyard_text::{chat_template, tokenizer};

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 use std::path::PathBuf;
-use switchyard_engine::chat_template::{ChatTemplate, TemplateInput, TemplateMessage};
+use switchyard_text::chat_template::{ChatTemplate, TemplateInput, TemplateMessage};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat_templates")

@@ -1,0 +1,10 @@
+//! switchyard-text: turning text into token ids and back, and conversations into prompts. Engines
+//! and the gateway share it, so that both tokenize and template a request identically.
+//!
+//! - [`tokenizer`]: Hugging Face tokenizers, the built-in tokenizer, streaming detokenization.
+//! - [`chat_template`]: Jinja chat templates rendered as transformers renders them.
+//! - [`model_files`]: a model directory's tokenizer and chat template.
+
+pub mod chat_template;
+pub mod model_files;
+pub mod tokenizer;
