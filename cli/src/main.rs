@@ -1,5 +1,7 @@
 //! `switchyard`: the one binary. Each subcommand is a thin entry into its crate.
 
+mod serve;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -15,8 +17,17 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run engines, scheduler and gateway in one process: one OpenAI endpoint in front of them.
+    Serve(serve::ServeArgs),
     /// Run engine instances (OpenAI server + continuous batching + KV cache + backend).
-    Engine(switchyard_engine::config::EngineArgs),
+    Engine {
+        /// Where the instances listen.
+        #[command(flatten)]
+        listen: switchyard_engine::config::ListenArgs,
+        /// What they run.
+        #[command(flatten)]
+        engine: switchyard_engine::config::EngineArgs,
+    },
     /// Run the scheduler alone, over a list of engine instances.
     Scheduler(switchyard_scheduler::launcher::SchedulerArgs),
 }
@@ -32,9 +43,13 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match cli.command {
-        Command::Engine(args) => {
-            tracing::info!("switchyard engine starting with {args:?}");
-            runtime.block_on(switchyard_engine::launcher::run(args))
+        Command::Serve(args) => {
+            tracing::info!("switchyard serve starting with {args:?}");
+            runtime.block_on(serve::run(args))
+        }
+        Command::Engine { listen, engine } => {
+            tracing::info!("switchyard engine starting with {listen:?} {engine:?}");
+            runtime.block_on(switchyard_engine::launcher::run(listen, engine))
         }
         Command::Scheduler(args) => {
             tracing::info!("switchyard scheduler starting with {args:?}");

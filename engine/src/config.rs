@@ -27,9 +27,9 @@ pub enum BackendKind {
     Sim,
 }
 
-/// Flags of `switchyard engine`.
+/// Where `switchyard engine` listens.
 #[derive(Debug, Clone, clap::Args)]
-pub struct EngineArgs {
+pub struct ListenArgs {
     /// Address to listen on.
     #[arg(long, env = "SWITCHYARD_HOST", default_value = "0.0.0.0")]
     pub host: String,
@@ -39,6 +39,11 @@ pub struct EngineArgs {
     /// Independent engine instances in this process.
     #[arg(long, env = "SWITCHYARD_INSTANCES", default_value_t = 1)]
     pub instances: usize,
+}
+
+/// What an engine runs and how (every flag of `switchyard engine` but where it listens).
+#[derive(Debug, Clone, clap::Args)]
+pub struct EngineArgs {
     /// Backend.
     #[arg(long, env = "SWITCHYARD_BACKEND", value_enum, default_value_t = BackendKind::Auto)]
     pub backend: BackendKind,
@@ -108,9 +113,9 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
-    /// Checks the flags and builds the parts of every instance.
-    pub fn build(&self) -> anyhow::Result<Vec<InstanceParts>> {
-        if self.instances == 0 {
+    /// Checks the flags and builds the parts of `instances` instances.
+    pub fn build(&self, instances: usize) -> anyhow::Result<Vec<InstanceParts>> {
+        if instances == 0 {
             bail!("--instances must be at least 1");
         }
         if self.block_size == 0 || self.max_num_batched_tokens == 0 || self.max_num_seqs == 0 {
@@ -168,7 +173,7 @@ impl EngineArgs {
             ),
             None => None,
         };
-        (0..self.instances)
+        (0..instances)
             .map(|index| {
                 let core = CoreConfig {
                     block_size: self.block_size,

@@ -1,7 +1,7 @@
 //! Runs `switchyard engine`: binds one listener per instance, serves until SIGTERM or Ctrl-C,
 //! then drains (new requests get 503 while running ones finish, up to the drain timeout).
 
-use crate::config::EngineArgs;
+use crate::config::{EngineArgs, ListenArgs};
 use crate::instance::Instance;
 use anyhow::Context;
 use std::sync::Arc;
@@ -10,15 +10,15 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// Serves every instance the flags describe until a shutdown signal, then drains.
-pub async fn run(args: EngineArgs) -> anyhow::Result<()> {
-    let parts = args.build()?;
+pub async fn run(listen: ListenArgs, args: EngineArgs) -> anyhow::Result<()> {
+    let parts = args.build(listen.instances)?;
     let mut listeners = Vec::new();
     for i in 0..parts.len() {
-        let port = args
+        let port = listen
             .port
             .checked_add(i as u16)
             .context("instance ports run past 65535")?;
-        let addr = format!("{}:{port}", args.host);
+        let addr = format!("{}:{port}", listen.host);
         listeners.push(
             TcpListener::bind(&addr)
                 .await

@@ -37,7 +37,7 @@ async fn start(extra: &[&str]) -> Engine {
     }
     argv.extend_from_slice(extra);
     let args = Flags::parse_from(argv).engine;
-    let part = args.build().unwrap().remove(0);
+    let part = args.build(1).unwrap().remove(0);
     let instance = Instance::start(part);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

@@ -97,6 +97,31 @@ impl Process {
         process
     }
 
+    /// Starts `switchyard serve` with `engines` engines and `args`, and waits for the gateway's
+    /// `/health` (its URL is `url(0)`).
+    pub async fn serve(engines: u16, args: &[&str]) -> Process {
+        let port = free_ports(1);
+        let engine_port = free_ports(engines);
+        let child = Command::new(binary())
+            .arg("serve")
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args([
+                "--engines",
+                &engines.to_string(),
+                "--engine-port",
+                &engine_port.to_string(),
+            ])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .env("SWITCHYARD_CACHE_DIR", test_cache_dir())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("switchyard starts");
+        let process = Process { child, port };
+        wait_healthy(&process.url(0)).await;
+        process
+    }
+
     /// Base URL of instance `i`.
     pub fn url(&self, i: u16) -> String {
         format!("http://127.0.0.1:{}", self.port + i)

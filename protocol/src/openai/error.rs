@@ -98,6 +98,11 @@ impl ApiError {
         Self::new(503, "server_error", message).with_code("service_unavailable")
     }
 
+    /// 502: the upstream engine could not be reached or failed.
+    pub fn bad_gateway(message: impl Into<String>) -> Self {
+        Self::new(502, "server_error", message).with_code("bad_gateway")
+    }
+
     /// 500: something failed inside the server.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "server_error", message).with_code("internal_error")

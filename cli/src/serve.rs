@@ -1,0 +1,132 @@
+//! `switchyard serve`: engines, scheduler and gateway in one process. The engines listen on
+//! loopback ports, the scheduler runs in process over them, and the gateway is the one endpoint.
+
+use anyhow::Context;
+use std::sync::Arc;
+use std::time::Duration;
+use switchyard_engine::config::EngineArgs;
+use switchyard_engine::instance::Instance;
+use switchyard_gateway::forward::Forwarder;
+use switchyard_gateway::preprocess::ServedModel;
+use switchyard_gateway::server::{router, Gateway};
+use switchyard_scheduler::policy::Policy;
+use switchyard_scheduler::service::{run_discovery, Discovery, FollowSettings, SchedulerService};
+use switchyard_scheduler::{Scheduler, SchedulerConfig};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Flags of `switchyard serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address the gateway listens on.
+    #[arg(long, env = "SWITCHYARD_GATEWAY_HOST", default_value = "0.0.0.0")]
+    pub host: String,
+    /// Port of the gateway.
+    #[arg(long, env = "SWITCHYARD_GATEWAY_PORT", default_value_t = 8000)]
+    pub port: u16,
+    /// Engine instances behind the gateway.
+    #[arg(long, env = "SWITCHYARD_ENGINES", default_value_t = 2)]
+    pub engines: usize,
+    /// Loopback port of the first engine; engine i listens on engine-port + i.
+    #[arg(long, env = "SWITCHYARD_ENGINE_PORT", default_value_t = 8100)]
+    pub engine_port: u16,
+    /// Placement policy of the in-process scheduler.
+    #[arg(long, env = "SWITCHYARD_POLICY", default_value = "cache-aware")]
+    pub policy: Policy,
+    /// The engines' model, backend and limits.
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// Runs engines, scheduler and gateway until Ctrl-C or SIGTERM, then drains.
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let parts = args.engine.build(args.engines)?;
+    let served = ServedModel {
+        name: parts[0].info.model_name.clone(),
+        tokenizer: parts[0].tokenizer.clone(),
+        chat_template: parts[0].chat_template.clone(),
+        block_size: args.engine.block_size,
+    };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut instances = Vec::new();
+    let mut urls = Vec::new();
+    let mut servers = Vec::new();
+    for (i, part) in parts.into_iter().enumerate() {
+        let port = args
+            .engine_port
+            .checked_add(i as u16)
+            .context("engine ports run past 65535")?;
+        let listener = TcpListener::bind(("127.0.0.1", port))
+            .await
+            .with_context(|| format!("cannot listen on 127.0.0.1:{port}"))?;
+        let instance = Instance::start(part);
+        urls.push(format!("http://127.0.0.1:{port}"));
+        servers.push(tokio::spawn(switchyard_engine::launcher::serve(
+            listener,
+            instance.clone(),
+            stop_rx.clone(),
+        )));
+        instances.push(instance);
+    }
+    let scheduler = Arc::new(SchedulerService::new(Scheduler::new(
+        SchedulerConfig {
+            policy: args.policy,
+            block_size: args.engine.block_size as u32,
+            ..Default::default()
+        },
+        0,
+    ))?);
+    tokio::spawn(run_discovery(
+        scheduler.clone(),
+        reqwest::Client::new(),
+        Discovery::Static(urls.clone()),
+        FollowSettings {
+            refresh: Duration::from_secs(1),
+            scrape_interval: Duration::from_millis(100),
+            block_size: args.engine.block_size as u32,
+        },
+    ));
+    let ticking = scheduler.clone();
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            ticks.tick().await;
+            ticking.tick();
+        }
+    });
+    let gateway = Arc::new(Gateway {
+        models: vec![served],
+        forwarder: Forwarder::new(scheduler, format!("serve-{}", std::process::id())),
+    });
+    let addr = format!("{}:{}", args.host, args.port);
+    let listener = TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    tracing::info!(
+        "switchyard serving {} on http://{} ({} engines: {})",
+        gateway.models[0].name,
+        listener.local_addr()?,
+        urls.len(),
+        urls.join(", ")
+    );
+    let mut gateway_stop = stop_rx.clone();
+    let front = tokio::spawn(async move {
+        axum::serve(listener, router(gateway, args.engine.max_body_bytes))
+            .with_graceful_shutdown(async move {
+                let _ = gateway_stop.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    switchyard_engine::launcher::shutdown_signal().await;
+    switchyard_engine::launcher::drain(
+        &instances,
+        Duration::from_secs_f64(args.engine.drain_timeout),
+    )
+    .await;
+    let _ = stop_tx.send(true);
+    front.await??;
+    for server in servers {
+        server.await??;
+    }
+    Ok(())
+}

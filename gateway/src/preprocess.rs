@@ -1,0 +1,161 @@
+//! From a request body to what the scheduler needs: the model, the prompt's token count and its
+//! chained block hashes, computed with the same tokenizer and template as the engines.
+
+use std::sync::Arc;
+use switchyard_protocol::hashing::block_hashes;
+use switchyard_protocol::openai::{
+    ApiError, ChatCompletionRequest, CompletionRequest, MessageContent, PromptInput,
+};
+use switchyard_text::chat_template::{ChatTemplate, TemplateInput, TemplateMessage};
+use switchyard_text::tokenizer::Tokenizer;
+
+/// A model the gateway serves, with what preprocessing needs of it.
+#[derive(Debug, Clone)]
+pub struct ServedModel {
+    /// The name clients use.
+    pub name: String,
+    /// The engines' tokenizer.
+    pub tokenizer: Arc<Tokenizer>,
+    /// The engines' chat template, if any.
+    pub chat_template: Option<Arc<ChatTemplate>>,
+    /// Tokens per block of the hashes.
+    pub block_size: usize,
+}
+
+/// The routes a request can take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// `/v1/completions`.
+    Completions,
+    /// `/v1/chat/completions`.
+    Chat,
+}
+
+impl Route {
+    /// The path on the engine.
+    pub fn path(self) -> &'static str {
+        match self {
+            Route::Completions => "/v1/completions",
+            Route::Chat => "/v1/chat/completions",
+        }
+    }
+}
+
+/// A request ready to schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prepared {
+    /// The served model.
+    pub model: String,
+    /// Prompt tokens (all prompts of a batch together).
+    pub prompt_tokens: u32,
+    /// Chained block hashes of the (first) prompt.
+    pub block_hashes: Vec<u64>,
+    /// Requested `max_tokens`, if any.
+    pub max_tokens: u32,
+    /// Requested priority.
+    pub priority: i64,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::invalid_request(
+            "The request body is empty; expected JSON.",
+        ));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid_request(format!("Invalid JSON body: {e}")))
+}
+
+fn find<'a>(models: &'a [ServedModel], name: Option<&str>) -> Result<&'a ServedModel, ApiError> {
+    match name {
+        Some(name) => models
+            .iter()
+            .find(|m| m.name == name)
+            .ok_or_else(|| ApiError::model_not_found(name)),
+        None if models.len() == 1 => Ok(&models[0]),
+        None => Err(ApiError::invalid_param("model", "`model` is required.")),
+    }
+}
+
+fn encode(model: &ServedModel, text: &str, special: bool) -> Result<Vec<u32>, ApiError> {
+    model
+        .tokenizer
+        .encode(text, special)
+        .map_err(|e| ApiError::invalid_param("prompt", e.to_string()))
+}
+
+/// Prepares a request body for `route` against the served models.
+pub fn prepare(route: Route, body: &[u8], models: &[ServedModel]) -> Result<Prepared, ApiError> {
+    match route {
+        Route::Completions => {
+            let req: CompletionRequest = parse(body)?;
+            let model = find(models, req.model.as_deref())?;
+            let mut prompt_tokens = 0u32;
+            let mut first: Option<Vec<u32>> = None;
+            for input in req.prompt.into_inputs() {
+                let ids = match input {
+                    PromptInput::Text(text) => encode(model, &text, true)?,
+                    PromptInput::Tokens(ids) => ids
+                        .into_iter()
+                        .map(|t| t.clamp(0, u32::MAX as i64) as u32)
+                        .collect(),
+                };
+                prompt_tokens += ids.len() as u32;
+                first.get_or_insert(ids);
+            }
+            Ok(Prepared {
+                model: model.name.clone(),
+                prompt_tokens,
+                block_hashes: block_hashes(&first.unwrap_or_default(), model.block_size),
+                max_tokens: req.max_tokens.unwrap_or(16).clamp(0, u32::MAX as i64) as u32,
+                priority: req.sampling.priority.unwrap_or(0),
+            })
+        }
+        Route::Chat => {
+            let req: ChatCompletionRequest = parse(body)?;
+            let model = find(models, req.model.as_deref())?;
+            let messages: Vec<TemplateMessage> = req
+                .messages
+                .iter()
+                .map(|m| TemplateMessage {
+                    role: m.role.clone(),
+                    content: match &m.content {
+                        None => String::new(),
+                        Some(MessageContent::Text(t)) => t.clone(),
+                        Some(MessageContent::Parts(parts)) => {
+                            parts.iter().filter_map(|p| p.text.clone()).collect()
+                        }
+                    },
+                    tool_calls: m.tool_calls.clone(),
+                    tool_call_id: m.tool_call_id.clone(),
+                    name: m.name.clone(),
+                })
+                .collect();
+            let template = model.chat_template.as_ref().ok_or_else(|| {
+                ApiError::invalid_request("This model has no chat template; use /v1/completions.")
+            })?;
+            let text = template
+                .render(&TemplateInput {
+                    messages: &messages,
+                    add_generation_prompt: req.add_generation_prompt.unwrap_or(true),
+                    tools: req.tools.as_ref(),
+                    extra: req.chat_template_kwargs.clone().unwrap_or_default(),
+                })
+                .map_err(|e| {
+                    ApiError::invalid_param("messages", format!("The chat template failed: {e}"))
+                })?;
+            let ids = encode(model, &text, false)?;
+            Ok(Prepared {
+                model: model.name.clone(),
+                prompt_tokens: ids.len() as u32,
+                block_hashes: block_hashes(&ids, model.block_size),
+                max_tokens: req
+                    .max_completion_tokens
+                    .or(req.max_tokens)
+                    .unwrap_or(0)
+                    .clamp(0, u32::MAX as i64) as u32,
+                priority: req.sampling.priority.unwrap_or(0),
+            })
+        }
+    }
+}

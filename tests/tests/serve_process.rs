@@ -1,0 +1,120 @@
+//! `switchyard serve`: one OpenAI endpoint in front of its engines, through the in-process
+//! scheduler.
+
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::time::Duration;
+use switchyard_tests::Process;
+
+#[tokio::test]
+async fn one_endpoint_serves_and_spreads_over_its_engines() {
+    let serve = Process::serve(
+        2,
+        &[
+            "--backend",
+            "sim",
+            "--sim-time-scale",
+            "100",
+            "--policy",
+            "least-load",
+        ],
+    )
+    .await;
+    let base = serve.url(0);
+    let client = reqwest::Client::new();
+    // The engines are followed once their first status arrives.
+    let mut ready = false;
+    for _ in 0..100 {
+        let r = client
+            .post(format!("{base}/v1/completions"))
+            .json(&json!({"prompt": "hi", "max_tokens": 1}))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready, "serve never answered");
+
+    let models: Value = client
+        .get(format!("{base}/v1/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "qwen3-0.6b");
+
+    let chat = client
+        .post(format!("{base}/v1/chat/completions"))
+        .header("x-request-id", "through-the-gateway")
+        .json(&json!({"model": "qwen3-0.6b", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "ignore_eos": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(chat.headers()["x-request-id"], "through-the-gateway");
+    let chat: Value = chat.json().await.unwrap();
+    assert_eq!(
+        chat["id"], "chatcmpl-through-the-gateway",
+        "the engine saw the gateway's request id"
+    );
+    assert_eq!(chat["usage"]["completion_tokens"], 5);
+
+    let stream = client
+        .post(format!("{base}/v1/completions"))
+        .json(&json!({"prompt": "Hello", "max_tokens": 4, "ignore_eos": true, "stream": true}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(stream.trim_end().ends_with("data: [DONE]"), "{stream}");
+
+    let mut used = HashSet::new();
+    let requests: Vec<_> = (0..8)
+        .map(|_| {
+            client
+                .post(format!("{base}/v1/completions"))
+                .json(&json!({"prompt": "spread", "max_tokens": 20, "ignore_eos": true}))
+                .send()
+        })
+        .collect();
+    for r in futures::future::join_all(requests).await {
+        let r = r.unwrap();
+        assert_eq!(r.status(), 200);
+        used.insert(
+            r.headers()["x-switchyard-instance"]
+                .to_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    assert_eq!(
+        used.len(),
+        2,
+        "concurrent requests use both engines: {used:?}"
+    );
+
+    let unknown = client
+        .post(format!("{base}/v1/completions"))
+        .json(&json!({"model": "nope", "prompt": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    let malformed = client
+        .post(format!("{base}/v1/completions"))
+        .body("{\"prompt\": ")
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(malformed.status(), 400);
+    let err: Value = malformed.json().await.unwrap();
+    assert_eq!(err["error"]["type"], "invalid_request_error");
+}
