@@ -30,6 +30,9 @@ pub struct ServeArgs {
     /// Loopback port of the first engine; engine i listens on engine-port + i.
     #[arg(long, env = "SWITCHYARD_ENGINE_PORT", default_value_t = 8100)]
     pub engine_port: u16,
+    /// Retries of a request on other instances before its first byte.
+    #[arg(long, env = "SWITCHYARD_RETRIES", default_value_t = 2)]
+    pub retries: u32,
     /// Placement policy of the in-process scheduler.
     #[arg(long, env = "SWITCHYARD_POLICY", default_value = "cache-aware")]
     pub policy: Policy,
@@ -96,7 +99,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     });
     let gateway = Arc::new(Gateway {
         models: vec![served],
-        forwarder: Forwarder::new(scheduler, format!("serve-{}", std::process::id())),
+        forwarder: Forwarder::new(
+            scheduler,
+            format!("serve-{}", std::process::id()),
+            args.retries,
+        ),
     });
     let addr = format!("{}:{}", args.host, args.port);
     let listener = TcpListener::bind(&addr)

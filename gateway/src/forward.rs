@@ -1,6 +1,8 @@
 //! Sending a prepared request to the instance the scheduler picks, and relaying its answer back
-//! as it arrives. The dispatch is released when the relay ends, whether the answer was read to
-//! the end or the client went away.
+//! as it arrives. Before the first byte, a connection error, a 5xx or a 429 sends the request to
+//! another instance (the failed ones excluded) after an exponential backoff with jitter. The
+//! dispatch is released when the relay ends, whether the answer was read to the end or the client
+//! went away.
 
 use crate::preprocess::{Prepared, Route};
 use axum::body::{Body, Bytes};
@@ -8,15 +10,32 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
 use futures::StreamExt;
 use std::sync::Arc;
+use std::time::Duration;
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::ScheduleRequest;
 use switchyard_scheduler::service::ScheduleApi;
+
+/// First backoff before a retry.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+/// Longest backoff before a retry.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Forwards requests to engines through a scheduler.
 pub struct Forwarder {
     client: reqwest::Client,
     scheduler: Arc<dyn ScheduleApi>,
     gateway_id: String,
+    retries: u32,
+}
+
+/// The backoff before retry number `attempt` (from 1): doubling from 50 ms, with ±50% jitter,
+/// at least what the instance asked for in `Retry-After`, at most 2 s.
+fn backoff(attempt: u32, retry_after: Option<Duration>) -> Duration {
+    let base = FIRST_BACKOFF.saturating_mul(1 << attempt.min(10).saturating_sub(1));
+    let jittered = base.mul_f64(0.5 + rand::random::<f64>());
+    jittered
+        .max(retry_after.unwrap_or_default())
+        .min(MAX_BACKOFF)
 }
 
 /// Releases a request's dispatch when dropped.
@@ -34,16 +53,19 @@ impl Drop for ReleaseOnDrop {
 }
 
 impl Forwarder {
-    /// A forwarder over `scheduler`, identifying itself as `gateway_id`.
-    pub fn new(scheduler: Arc<dyn ScheduleApi>, gateway_id: String) -> Self {
+    /// A forwarder over `scheduler`, identifying itself as `gateway_id`, retrying a request up to
+    /// `retries` times on other instances.
+    pub fn new(scheduler: Arc<dyn ScheduleApi>, gateway_id: String, retries: u32) -> Self {
         Forwarder {
             client: reqwest::Client::new(),
             scheduler,
             gateway_id,
+            retries,
         }
     }
 
-    /// Schedules the request, sends `body` to the chosen engine and relays the answer.
+    /// Schedules the request, sends `body` to the chosen engine and relays the answer, retrying
+    /// elsewhere on failures before the first byte.
     pub async fn forward(
         &self,
         route: Route,
@@ -51,63 +73,124 @@ impl Forwarder {
         body: Bytes,
         prepared: Prepared,
     ) -> Result<Response, ApiError> {
-        let decision = self
-            .scheduler
-            .schedule(&ScheduleRequest {
-                request_id: request_id.to_string(),
-                model: prepared.model,
-                prompt_tokens: prepared.prompt_tokens,
-                block_hashes: prepared.block_hashes,
-                max_tokens: prepared.max_tokens,
-                priority: prepared.priority,
-                gateway: Some(self.gateway_id.clone()),
-                ..Default::default()
-            })
-            .map_err(|e| {
+        let mut request = ScheduleRequest {
+            request_id: request_id.to_string(),
+            model: prepared.model,
+            prompt_tokens: prepared.prompt_tokens,
+            block_hashes: prepared.block_hashes,
+            max_tokens: prepared.max_tokens,
+            priority: prepared.priority,
+            gateway: Some(self.gateway_id.clone()),
+            ..Default::default()
+        };
+        let mut attempt = 0;
+        loop {
+            let decision = self.scheduler.schedule(&request).map_err(|e| {
                 ApiError::unavailable(format!("No instance can take the request: {e}."))
                     .with_code(e.label())
             })?;
-        let release = ReleaseOnDrop {
-            scheduler: self.scheduler.clone(),
-            request_id: request_id.to_string(),
-            gateway_id: self.gateway_id.clone(),
-        };
-        let upstream = self
-            .client
-            .post(format!("{}{}", decision.endpoint, route.path()))
-            .header("content-type", "application/json")
-            .header("x-request-id", request_id)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| {
-                ApiError::bad_gateway(format!(
-                    "The instance {} could not be reached: {e}",
-                    decision.instance_id
-                ))
-            })?;
-        let status =
-            StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-        let content_type = upstream.headers().get("content-type").cloned();
-        let retry_after = upstream.headers().get("retry-after").cloned();
-        let chunks = upstream.bytes_stream().map(move |chunk| {
-            let _held_until_the_relay_ends = &release;
-            chunk
-        });
-        let mut response = Response::new(Body::from_stream(chunks));
-        *response.status_mut() = status;
-        let headers = response.headers_mut();
-        if let Some(v) = content_type {
-            headers.insert("content-type", v);
+            let release = ReleaseOnDrop {
+                scheduler: self.scheduler.clone(),
+                request_id: request_id.to_string(),
+                gateway_id: self.gateway_id.clone(),
+            };
+            let sent = self
+                .client
+                .post(format!("{}{}", decision.endpoint, route.path()))
+                .header("content-type", "application/json")
+                .header("x-request-id", request_id)
+                .body(body.clone())
+                .send()
+                .await;
+            let failure = match sent {
+                Ok(upstream) if !retryable(upstream.status()) || attempt >= self.retries => {
+                    return Ok(relay(upstream, release, &decision.instance_id));
+                }
+                Ok(upstream) => {
+                    let retry_after = upstream
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                        .map(Duration::from_secs);
+                    tracing::info!(
+                        "{request_id}: {} answered {}, retrying elsewhere",
+                        decision.instance_id,
+                        upstream.status()
+                    );
+                    retry_after
+                }
+                Err(e) if attempt >= self.retries => {
+                    return Err(ApiError::bad_gateway(format!(
+                        "The instance {} could not be reached: {e}",
+                        decision.instance_id
+                    )));
+                }
+                Err(e) => {
+                    tracing::info!(
+                        "{request_id}: {} unreachable ({e}), retrying elsewhere",
+                        decision.instance_id
+                    );
+                    None
+                }
+            };
+            drop(release);
+            request.exclude.push(decision.instance_id);
+            attempt += 1;
+            tokio::time::sleep(backoff(attempt, failure)).await;
         }
-        if let Some(v) = retry_after {
-            headers.insert("retry-after", v);
+    }
+}
+
+/// Whether an answer before the first byte sends the request elsewhere: overload or failure.
+fn retryable(status: reqwest::StatusCode) -> bool {
+    status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS
+}
+
+/// The engine's answer, relayed as it arrives; `release` is held until the relay ends.
+fn relay(upstream: reqwest::Response, release: ReleaseOnDrop, instance_id: &str) -> Response {
+    let status =
+        StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let content_type = upstream.headers().get("content-type").cloned();
+    let retry_after = upstream.headers().get("retry-after").cloned();
+    let chunks = upstream.bytes_stream().map(move |chunk| {
+        let _held_until_the_relay_ends = &release;
+        chunk
+    });
+    let mut response = Response::new(Body::from_stream(chunks));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    if let Some(v) = content_type {
+        headers.insert("content-type", v);
+    }
+    if let Some(v) = retry_after {
+        headers.insert("retry-after", v);
+    }
+    headers.insert(
+        "x-switchyard-instance",
+        HeaderValue::from_str(instance_id).unwrap_or(HeaderValue::from_static("unknown")),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_is_capped() {
+        for _ in 0..100 {
+            let first = backoff(1, None);
+            assert!(
+                first >= Duration::from_millis(25) && first <= Duration::from_millis(75),
+                "{first:?}"
+            );
+            let third = backoff(3, None);
+            assert!(
+                third >= Duration::from_millis(100) && third <= Duration::from_millis(300),
+                "{third:?}"
+            );
+            assert!(backoff(20, None) <= MAX_BACKOFF);
+            assert!(backoff(1, Some(Duration::from_secs(1))) >= Duration::from_secs(1));
         }
-        headers.insert(
-            "x-switchyard-instance",
-            HeaderValue::from_str(&decision.instance_id)
-                .unwrap_or(HeaderValue::from_static("unknown")),
-        );
-        Ok(response)
     }
 }

@@ -284,14 +284,13 @@ impl Scheduler {
         let block = self.config.block_size as f64;
         let prompt = req.prompt_tokens as f64;
         for state in self.cms.iter() {
-            if state.meta.model != req.model
-                || !role_fits(state.meta.role, req.infer_stage)
-                || req.exclude.contains(&state.meta.id)
-            {
+            if state.meta.model != req.model || !role_fits(state.meta.role, req.infer_stage) {
                 continue;
             }
             serving += 1;
-            if !state.schedulable(now, self.config.staleness) {
+            if req.exclude.contains(&state.meta.id)
+                || !state.schedulable(now, self.config.staleness)
+            {
                 continue;
             }
             let cached_blocks = self
