@@ -7,6 +7,7 @@ use std::time::Duration;
 use switchyard_engine::config::EngineArgs;
 use switchyard_engine::instance::Instance;
 use switchyard_gateway::forward::Forwarder;
+use switchyard_gateway::metrics::GatewayMetrics;
 use switchyard_gateway::preprocess::ServedModel;
 use switchyard_gateway::server::{router, Gateway};
 use switchyard_scheduler::policy::Policy;
@@ -71,14 +72,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         )));
         instances.push(instance);
     }
-    let scheduler = Arc::new(SchedulerService::new(Scheduler::new(
-        SchedulerConfig {
-            policy: args.policy,
-            block_size: args.engine.block_size as u32,
-            ..Default::default()
-        },
-        0,
-    ))?);
+    let scheduler = Arc::new(SchedulerService::new(
+        Scheduler::new(
+            SchedulerConfig {
+                policy: args.policy,
+                block_size: args.engine.block_size as u32,
+                ..Default::default()
+            },
+            0,
+        ),
+        false,
+    )?);
     tokio::spawn(run_discovery(
         scheduler.clone(),
         reqwest::Client::new(),
@@ -97,13 +101,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             ticking.tick();
         }
     });
+    let metrics = Arc::new(GatewayMetrics::new()?);
     let gateway = Arc::new(Gateway {
         models: vec![served],
         forwarder: Forwarder::new(
-            scheduler,
+            scheduler.clone(),
             format!("serve-{}", std::process::id()),
             args.retries,
+            metrics.clone(),
         ),
+        metrics,
+        extra_metrics: Some(scheduler),
     });
     let addr = format!("{}:{}", args.host, args.port);
     let listener = TcpListener::bind(&addr)

@@ -4,6 +4,7 @@
 //! dispatch is released when the relay ends, whether the answer was read to the end or the client
 //! went away.
 
+use crate::metrics::GatewayMetrics;
 use crate::preprocess::{Prepared, Route};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, StatusCode};
@@ -26,6 +27,7 @@ pub struct Forwarder {
     scheduler: Arc<dyn ScheduleApi>,
     gateway_id: String,
     retries: u32,
+    metrics: Arc<GatewayMetrics>,
 }
 
 /// The backoff before retry number `attempt` (from 1): doubling from 50 ms, with ±50% jitter,
@@ -55,12 +57,18 @@ impl Drop for ReleaseOnDrop {
 impl Forwarder {
     /// A forwarder over `scheduler`, identifying itself as `gateway_id`, retrying a request up to
     /// `retries` times on other instances.
-    pub fn new(scheduler: Arc<dyn ScheduleApi>, gateway_id: String, retries: u32) -> Self {
+    pub fn new(
+        scheduler: Arc<dyn ScheduleApi>,
+        gateway_id: String,
+        retries: u32,
+        metrics: Arc<GatewayMetrics>,
+    ) -> Self {
         Forwarder {
             client: reqwest::Client::new(),
             scheduler,
             gateway_id,
             retries,
+            metrics,
         }
     }
 
@@ -83,6 +91,11 @@ impl Forwarder {
             gateway: Some(self.gateway_id.clone()),
             ..Default::default()
         };
+        let started = std::time::Instant::now();
+        let scheduled = |model: &str| {
+            self.metrics
+                .on_scheduled(model, started.elapsed().as_secs_f64() * 1000.0)
+        };
         let mut attempt = 0;
         loop {
             let decision = self.scheduler.schedule(&request).map_err(|e| {
@@ -104,6 +117,7 @@ impl Forwarder {
                 .await;
             let failure = match sent {
                 Ok(upstream) if !retryable(upstream.status()) || attempt >= self.retries => {
+                    scheduled(&request.model);
                     return Ok(relay(upstream, release, &decision.instance_id));
                 }
                 Ok(upstream) => {
@@ -120,6 +134,7 @@ impl Forwarder {
                     retry_after
                 }
                 Err(e) if attempt >= self.retries => {
+                    scheduled(&request.model);
                     return Err(ApiError::bad_gateway(format!(
                         "The instance {} could not be reached: {e}",
                         decision.instance_id

@@ -1,15 +1,19 @@
 //! The gateway's routes: the OpenAI API in front of the pool, models and health.
 
 use crate::forward::Forwarder;
+use crate::metrics::GatewayMetrics;
 use crate::preprocess::{prepare, Route, ServedModel};
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures::StreamExt;
 use std::sync::Arc;
+use std::time::Instant;
 use switchyard_protocol::openai::{ApiError, ModelCard, ModelList};
+use switchyard_scheduler::service::SchedulerService;
 
 /// Longest `x-request-id` accepted.
 const MAX_REQUEST_ID_LEN: usize = 256;
@@ -20,6 +24,29 @@ pub struct Gateway {
     pub models: Vec<ServedModel>,
     /// The way to the engines.
     pub forwarder: Forwarder,
+    /// The gateway's metrics.
+    pub metrics: Arc<GatewayMetrics>,
+    /// More metrics text served on `/metrics` (the in-process scheduler's, in `serve`).
+    pub extra_metrics: Option<Arc<SchedulerService>>,
+}
+
+/// Records a request's end when its response body is done (read to the end, or dropped).
+struct Finish {
+    metrics: Arc<GatewayMetrics>,
+    model: String,
+    status: u16,
+    started: Instant,
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        self.metrics.on_finished(
+            &self.model,
+            self.status,
+            self.started.elapsed().as_secs_f64(),
+        );
+        self.metrics.current.dec();
+    }
 }
 
 /// The gateway's routes, accepting bodies up to `max_body_bytes`.
@@ -29,6 +56,7 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
         .route("/health", get(|| async { StatusCode::OK }))
+        .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(gateway)
 }
@@ -58,19 +86,58 @@ fn request_id(headers: &HeaderMap) -> Result<String, ApiError> {
 }
 
 async fn handle(gateway: &Gateway, route: Route, headers: &HeaderMap, body: Bytes) -> Response {
-    let id = match request_id(headers) {
-        Ok(id) => id,
-        Err(e) => return error(e),
-    };
-    let result = match prepare(route, &body, &gateway.models) {
-        Ok(prepared) => gateway.forwarder.forward(route, &id, body, prepared).await,
+    let started = Instant::now();
+    gateway.metrics.current.inc();
+    let mut model = String::new();
+    let result = match request_id(headers) {
         Err(e) => Err(e),
+        Ok(id) => match prepare(route, &body, &gateway.models) {
+            Err(e) => Err(e),
+            Ok(prepared) => {
+                model = prepared.model.clone();
+                let preprocess_ms = started.elapsed().as_secs_f64() * 1000.0;
+                gateway
+                    .metrics
+                    .on_prepared(&model, prepared.prompt_tokens, preprocess_ms);
+                gateway
+                    .forwarder
+                    .forward(route, &id, body, prepared)
+                    .await
+                    .map(|r| (r, id))
+            }
+        },
     };
-    let mut response = result.unwrap_or_else(error);
-    if let Ok(v) = HeaderValue::from_str(&id) {
-        response.headers_mut().insert("x-request-id", v);
+    let (response, id) = match result {
+        Ok((response, id)) => (response, Some(id)),
+        Err(e) => (error(e), None),
+    };
+    let finish = Finish {
+        metrics: gateway.metrics.clone(),
+        model,
+        status: response.status().as_u16(),
+        started,
+    };
+    let (mut parts, body) = response.into_parts();
+    if let Some(v) = id.and_then(|id| HeaderValue::from_str(&id).ok()) {
+        parts.headers.insert("x-request-id", v);
     }
-    response
+    let chunks = body.into_data_stream().map(move |chunk| {
+        let _recorded_when_the_body_ends = &finish;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(chunks))
+}
+
+async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
+    let mut text = gateway.metrics.render();
+    if let Some(scheduler) = &gateway.extra_metrics {
+        text.push_str(&scheduler.render_metrics());
+    }
+    (
+        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+        text,
+    )
+        .into_response()
 }
 
 async fn completions(

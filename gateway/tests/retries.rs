@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use switchyard_gateway::forward::Forwarder;
+use switchyard_gateway::metrics::GatewayMetrics;
 use switchyard_gateway::preprocess::ServedModel;
 use switchyard_gateway::server::{router, Gateway};
 use switchyard_protocol::engine_state::EngineStatus;
@@ -52,13 +53,16 @@ async fn dropping(calls: Arc<AtomicUsize>) -> String {
 /// A gateway over `instances` (the first looks idle, the rest busy, so the first is tried first).
 async fn gateway(instances: &[String], retries: u32) -> String {
     let scheduler = Arc::new(
-        SchedulerService::new(Scheduler::new(
-            SchedulerConfig {
-                policy: Policy::LeastRequests,
-                ..Default::default()
-            },
-            0,
-        ))
+        SchedulerService::new(
+            Scheduler::new(
+                SchedulerConfig {
+                    policy: Policy::LeastRequests,
+                    ..Default::default()
+                },
+                0,
+            ),
+            false,
+        )
         .unwrap(),
     );
     for (i, url) in instances.iter().enumerate() {
@@ -76,6 +80,7 @@ async fn gateway(instances: &[String], retries: u32) -> String {
         };
         scheduler.on_status(url, status);
     }
+    let metrics = Arc::new(GatewayMetrics::new().unwrap());
     let gateway = Arc::new(Gateway {
         models: vec![ServedModel {
             name: "m".into(),
@@ -83,7 +88,9 @@ async fn gateway(instances: &[String], retries: u32) -> String {
             chat_template: None,
             block_size: 16,
         }],
-        forwarder: Forwarder::new(scheduler, "test-gateway".into(), retries),
+        forwarder: Forwarder::new(scheduler, "test-gateway".into(), retries, metrics.clone()),
+        metrics,
+        extra_metrics: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());

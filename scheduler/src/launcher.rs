@@ -131,10 +131,10 @@ pub async fn run(
     args: SchedulerArgs,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let service = Arc::new(SchedulerService::new(Scheduler::new(
-        args.config()?,
-        args.seed,
-    ))?);
+    let service = Arc::new(SchedulerService::new(
+        Scheduler::new(args.config()?, args.seed),
+        true,
+    )?);
     let ticking = service.clone();
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(Duration::from_secs(1));

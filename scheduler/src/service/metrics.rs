@@ -80,13 +80,16 @@ fn gauge(reg: &Registry, name: &str, labels: &[&str]) -> prometheus::Result<Gaug
 }
 
 impl SchedulerMetrics {
-    /// Registers every family.
-    pub fn new() -> prometheus::Result<Self> {
+    /// Registers every family; `process_metrics` adds the process collector (left out when
+    /// another part of the same process exports it).
+    pub fn new(process_metrics: bool) -> prometheus::Result<Self> {
         let reg = Registry::new();
         #[cfg(target_os = "linux")]
-        reg.register(Box::new(
-            prometheus::process_collector::ProcessCollector::for_self(),
-        ))?;
+        if process_metrics {
+            reg.register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))?;
+        }
         let scheduling =
             IntCounter::new("scheduler_scheduling_total", "Scheduling decisions made.")?;
         reg.register(Box::new(scheduling.clone()))?;

@@ -46,11 +46,11 @@ pub struct SchedulerService {
 }
 
 impl SchedulerService {
-    /// Wraps a scheduler.
-    pub fn new(core: Scheduler) -> prometheus::Result<Self> {
+    /// Wraps a scheduler; `process_metrics` adds the process collector to its metrics.
+    pub fn new(core: Scheduler, process_metrics: bool) -> prometheus::Result<Self> {
         Ok(SchedulerService {
             core: Mutex::new(core),
-            metrics: SchedulerMetrics::new()?,
+            metrics: SchedulerMetrics::new(process_metrics)?,
         })
     }
 

@@ -1,0 +1,146 @@
+//! The gateway's Prometheus families, in Llumnix's names (no prefix). The `model` label only takes
+//! served model names, or `""` for requests naming no served model, so clients cannot grow it.
+
+use prometheus::{
+    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+use std::time::Instant;
+
+const SEC: &[f64] = &[
+    0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 90.0, 120.0, 180.0, 240.0, 300.0,
+];
+const STAGE_MS: &[f64] = &[0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0];
+const COUNT: &[f64] = &[
+    1.0, 4.0, 16.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0,
+    65536.0, 131072.0,
+];
+
+/// Every family the gateway exports.
+pub struct GatewayMetrics {
+    registry: Registry,
+    started: Instant,
+    requests: IntCounterVec,
+    retries: IntCounterVec,
+    input_tokens_total: IntCounterVec,
+    input_tokens: HistogramVec,
+    e2e: HistogramVec,
+    preprocess: HistogramVec,
+    schedule: HistogramVec,
+    /// Requests being served.
+    pub current: IntGauge,
+    uptime: Gauge,
+}
+
+impl GatewayMetrics {
+    /// Registers every family (and the process collector).
+    pub fn new() -> prometheus::Result<Self> {
+        let reg = Registry::new();
+        #[cfg(target_os = "linux")]
+        reg.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
+        let counter =
+            |name: &str, help: &str, labels: &[&str]| -> prometheus::Result<IntCounterVec> {
+                let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+                reg.register(Box::new(c.clone()))?;
+                Ok(c)
+            };
+        let histogram =
+            |name: &str, help: &str, buckets: &[f64]| -> prometheus::Result<HistogramVec> {
+                let h = HistogramVec::new(
+                    HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+                    &["model"],
+                )?;
+                reg.register(Box::new(h.clone()))?;
+                Ok(h)
+            };
+        let gauge = |name: &str, help: &str| -> prometheus::Result<IntGauge> {
+            let g = IntGauge::new(name, help)?;
+            reg.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        // There is no admission queue yet, so nothing is ever pending.
+        gauge("gateway_pending_requests", "Requests queued for admission.")?;
+        let uptime = Gauge::new("uptime_seconds", "Seconds since the gateway started.")?;
+        reg.register(Box::new(uptime.clone()))?;
+        Ok(GatewayMetrics {
+            requests: counter(
+                "request_total",
+                "Finished requests by HTTP status.",
+                &["model", "status_code"],
+            )?,
+            retries: counter(
+                "request_retry_total",
+                "Retries on another instance, by cause.",
+                &["model", "status_code"],
+            )?,
+            input_tokens_total: counter(
+                "request_input_tokens_total",
+                "Prompt tokens of requests.",
+                &["model"],
+            )?,
+            input_tokens: histogram("request_input_tokens", "Prompt tokens per request.", COUNT)?,
+            e2e: histogram(
+                "request_e2e_latency_seconds",
+                "Arrival to last byte, in seconds.",
+                SEC,
+            )?,
+            preprocess: histogram(
+                "request_preprocess_duration_milliseconds",
+                "Parse, template, tokenize and hash, in ms.",
+                STAGE_MS,
+            )?,
+            schedule: histogram(
+                "request_schedule_duration_milliseconds",
+                "Scheduling, retries included, in ms.",
+                STAGE_MS,
+            )?,
+            current: gauge("gateway_current_requests", "Requests in flight.")?,
+            uptime,
+            started: Instant::now(),
+            registry: reg,
+        })
+    }
+
+    /// A request for `model` with `prompt_tokens`, preprocessed in `preprocess_ms`.
+    pub fn on_prepared(&self, model: &str, prompt_tokens: u32, preprocess_ms: f64) {
+        self.input_tokens_total
+            .with_label_values(&[model])
+            .inc_by(prompt_tokens as u64);
+        self.input_tokens
+            .with_label_values(&[model])
+            .observe(prompt_tokens as f64);
+        self.preprocess
+            .with_label_values(&[model])
+            .observe(preprocess_ms);
+    }
+
+    /// Scheduling (retries included) took `ms`.
+    pub fn on_scheduled(&self, model: &str, ms: f64) {
+        self.schedule.with_label_values(&[model]).observe(ms);
+    }
+
+    /// A retry after `cause` (an HTTP status, or `network_error`).
+    pub fn on_retry(&self, model: &str, cause: &str) {
+        self.retries.with_label_values(&[model, cause]).inc();
+    }
+
+    /// A request ended with `status` after `seconds`.
+    pub fn on_finished(&self, model: &str, status: u16, seconds: f64) {
+        self.requests
+            .with_label_values(&[model, &status.to_string()])
+            .inc();
+        self.e2e.with_label_values(&[model]).observe(seconds);
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        self.uptime.set(self.started.elapsed().as_secs_f64());
+        let mut out = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            return format!("# encoding failed: {e}\n");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
