@@ -47,35 +47,35 @@ pub struct Process {
 }
 
 impl Process {
-    /// Starts `switchyard engine` with `args` (host and port are chosen here) serving
-    /// `instances` instances, and waits until every one answers `/health`. The backend is the
-    /// simulated one unless `args` name another.
-    pub async fn engine(instances: u16, args: &[&str]) -> Process {
-        let port = free_ports(instances);
+    /// Runs `switchyard SUBCOMMAND` listening on 127.0.0.1:`port` with `args`, logging warnings
+    /// only, with the test cache directory.
+    fn spawn(subcommand: &str, port: u16, args: &[&str]) -> Process {
         let child = Command::new(binary())
-            .arg("engine")
-            .args([
-                "--host",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--instances",
-                &instances.to_string(),
-            ])
-            .args(if args.contains(&"--backend") {
-                &[][..]
-            } else {
-                &["--backend", "sim"][..]
-            })
+            .arg(subcommand)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(args)
             .env("RUST_LOG", "warn")
             .env("SWITCHYARD_CACHE_DIR", test_cache_dir())
             .stdout(Stdio::null())
             .spawn()
             .expect("switchyard starts");
-        let process = Process { child, port };
-        for p in port..port + instances {
-            wait_healthy(&format!("http://127.0.0.1:{p}")).await;
+        Process { child, port }
+    }
+
+    /// Starts `switchyard engine` with `args` (host and port are chosen here) serving
+    /// `instances` instances, and waits until every one answers `/health`. The backend is the
+    /// simulated one unless `args` name another.
+    pub async fn engine(instances: u16, args: &[&str]) -> Process {
+        let port = free_ports(instances);
+        let count = instances.to_string();
+        let mut all = vec!["--instances", count.as_str()];
+        if !args.contains(&"--backend") {
+            all.extend(["--backend", "sim"]);
+        }
+        all.extend_from_slice(args);
+        let process = Self::spawn("engine", port, &all);
+        for i in 0..instances {
+            wait_healthy(&process.url(i)).await;
         }
         process
     }
@@ -83,16 +83,7 @@ impl Process {
     /// Starts `switchyard scheduler` with `args` (which name its instances), and waits for its
     /// `/health`.
     pub async fn scheduler(args: &[&str]) -> Process {
-        let port = free_ports(1);
-        let child = Command::new(binary())
-            .arg("scheduler")
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("switchyard starts");
-        let process = Process { child, port };
+        let process = Self::spawn("scheduler", free_ports(1), args);
         wait_healthy(&process.url(0)).await;
         process
     }
@@ -100,24 +91,15 @@ impl Process {
     /// Starts `switchyard serve` with `engines` engines and `args`, and waits for the gateway's
     /// `/health` (its URL is `url(0)`).
     pub async fn serve(engines: u16, args: &[&str]) -> Process {
-        let port = free_ports(1);
-        let engine_port = free_ports(engines);
-        let child = Command::new(binary())
-            .arg("serve")
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args([
-                "--engines",
-                &engines.to_string(),
-                "--engine-port",
-                &engine_port.to_string(),
-            ])
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .env("SWITCHYARD_CACHE_DIR", test_cache_dir())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("switchyard starts");
-        let process = Process { child, port };
+        let (count, engine_port) = (engines.to_string(), free_ports(engines).to_string());
+        let mut all = vec![
+            "--engines",
+            count.as_str(),
+            "--engine-port",
+            engine_port.as_str(),
+        ];
+        all.extend_from_slice(args);
+        let process = Self::spawn("serve", free_ports(1), &all);
         wait_healthy(&process.url(0)).await;
         process
     }

@@ -50,33 +50,71 @@ pub async fn watch_switchyard_instance(
     );
 }
 
+/// What a follower does after a message.
+enum Next {
+    /// Read the next message.
+    Continue,
+    /// Reconnect at once (the stream starts over with a snapshot).
+    Reconnect,
+}
+
+/// Reads the SSE stream at `url` while the instance is known, handing each JSON message to
+/// `handle`; reconnects with backoff when the stream fails or ends, marking the instance
+/// unreachable meanwhile if `mark_unreachable`.
+async fn follow_stream<T: serde::de::DeserializeOwned>(
+    service: &SchedulerService,
+    client: &reqwest::Client,
+    id: &str,
+    url: String,
+    mark_unreachable: bool,
+    mut handle: impl FnMut(T) -> Next,
+) {
+    let mut backoff = FIRST_BACKOFF;
+    while service.has_instance(id) {
+        let mut reconnect_now = false;
+        if let Ok(response) = client.get(&url).send().await {
+            if response.status().is_success() {
+                backoff = FIRST_BACKOFF;
+                let mut events = response.bytes_stream().eventsource();
+                while let Some(Ok(event)) = events.next().await {
+                    if !service.has_instance(id) {
+                        return;
+                    }
+                    match serde_json::from_str::<T>(&event.data) {
+                        Ok(message) => {
+                            if let Next::Reconnect = handle(message) {
+                                reconnect_now = true;
+                                break;
+                            }
+                        }
+                        Err(e) => tracing::warn!("{id}: unreadable message from {url}: {e}"),
+                    }
+                }
+            }
+        }
+        if reconnect_now {
+            continue;
+        }
+        if mark_unreachable {
+            service.on_unreachable(id);
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
 async fn follow_state(
     service: Arc<SchedulerService>,
     client: reqwest::Client,
     id: String,
     endpoint: String,
 ) {
-    let mut backoff = FIRST_BACKOFF;
-    while service.has_instance(&id) {
-        if let Ok(response) = client.get(format!("{endpoint}/v1/state")).send().await {
-            if response.status().is_success() {
-                backoff = FIRST_BACKOFF;
-                let mut events = response.bytes_stream().eventsource();
-                while let Some(Ok(event)) = events.next().await {
-                    if !service.has_instance(&id) {
-                        return;
-                    }
-                    match serde_json::from_str::<EngineStatus>(&event.data) {
-                        Ok(status) => service.on_status(&id, status),
-                        Err(e) => tracing::warn!("{id}: unreadable status: {e}"),
-                    }
-                }
-            }
-        }
-        service.on_unreachable(&id);
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-    }
+    let url = format!("{endpoint}/v1/state");
+    follow_stream(&service, &client, &id, url, true, |status: EngineStatus| {
+        service.on_status(&id, status);
+        Next::Continue
+    })
+    .await;
 }
 
 async fn follow_kv_events(
@@ -85,35 +123,29 @@ async fn follow_kv_events(
     id: String,
     endpoint: String,
 ) {
-    let mut backoff = FIRST_BACKOFF;
-    while service.has_instance(&id) {
-        if let Ok(response) = client.get(format!("{endpoint}/v1/kv_events")).send().await {
-            if response.status().is_success() {
-                backoff = FIRST_BACKOFF;
-                let mut events = response.bytes_stream().eventsource();
-                while let Some(Ok(event)) = events.next().await {
-                    if !service.has_instance(&id) {
-                        return;
-                    }
-                    match serde_json::from_str::<KvMessage>(&event.data) {
-                        Ok(KvMessage::Snapshot { seq, blocks }) => {
-                            service.on_kv_snapshot(&id, seq, &blocks)
-                        }
-                        Ok(KvMessage::Events { events }) => {
-                            if !service.on_kv_events(&id, &events) {
-                                tracing::info!("{id}: KV event gap, resyncing");
-                                break;
-                            }
-                        }
-                        Err(e) => tracing::warn!("{id}: unreadable KV message: {e}"),
-                    }
-                }
-                continue;
+    let url = format!("{endpoint}/v1/kv_events");
+    follow_stream(
+        &service,
+        &client,
+        &id,
+        url,
+        false,
+        |message: KvMessage| match message {
+            KvMessage::Snapshot { seq, blocks } => {
+                service.on_kv_snapshot(&id, seq, &blocks);
+                Next::Continue
             }
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-    }
+            KvMessage::Events { events } => {
+                if service.on_kv_events(&id, &events) {
+                    Next::Continue
+                } else {
+                    tracing::info!("{id}: KV event gap, resyncing");
+                    Next::Reconnect
+                }
+            }
+        },
+    )
+    .await;
 }
 
 /// Scrapes an engine's `/metrics` every `interval` while the instance is known.
