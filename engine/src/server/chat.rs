@@ -206,14 +206,7 @@ pub async fn chat_completions(
             yield shape.chat_chunk(update.index, delta, lp, update.finish, usage);
         }
         if include_usage {
-            yield serde_json::to_string(&ChatCompletionChunk {
-                id: shape.id.clone(),
-                object: "chat.completion.chunk".into(),
-                created: shape.created,
-                model: shape.model.clone(),
-                choices: Vec::new(),
-                usage: Some(generation.usage()),
-            }).unwrap_or_default();
+            yield shape.usage_chunk("chat.completion.chunk", generation.usage());
         }
     };
     Ok(sse_response(stream))

@@ -129,14 +129,7 @@ pub async fn completions(
             yield shape.completion_chunk(update.index, update.text, shape.logprobs.then_some(lp), update.finish, usage);
         }
         if include_usage {
-            yield serde_json::to_string(&CompletionResponse {
-                id: shape.id.clone(),
-                object: "text_completion".into(),
-                created: shape.created,
-                model: shape.model.clone(),
-                choices: Vec::new(),
-                usage: Some(generation.usage()),
-            }).unwrap_or_default();
+            yield shape.usage_chunk("text_completion", generation.usage());
         }
     };
     Ok(sse_response(stream))

@@ -106,6 +106,19 @@ struct ResponseShape {
 }
 
 impl ResponseShape {
+    /// The last chunk of a stream with `include_usage`: no choices, the request's usage.
+    fn usage_chunk(&self, object: &str, usage: Usage) -> String {
+        serde_json::json!({
+            "id": self.id,
+            "object": object,
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": usage,
+        })
+        .to_string()
+    }
+
     fn new(id: String, model: String, instance: &Instance, logprobs: bool) -> Self {
         ResponseShape {
             id,
