@@ -5,6 +5,7 @@
 //! went away.
 
 use crate::metrics::GatewayMetrics;
+use crate::observe::RelayObserver;
 use crate::preprocess::{Prepared, Route};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, StatusCode};
@@ -80,6 +81,7 @@ impl Forwarder {
         request_id: &str,
         body: Bytes,
         prepared: Prepared,
+        arrived: std::time::Instant,
     ) -> Result<Response, ApiError> {
         let mut request = ScheduleRequest {
             request_id: request_id.to_string(),
@@ -118,7 +120,18 @@ impl Forwarder {
             let failure = match sent {
                 Ok(upstream) if !retryable(upstream.status()) || attempt >= self.retries => {
                     scheduled(&request.model);
-                    return Ok(relay(upstream, release, &decision.instance_id));
+                    let streaming = upstream
+                        .headers()
+                        .get("content-type")
+                        .and_then(|v| v.to_str().ok())
+                        .is_some_and(|v| v.starts_with("text/event-stream"));
+                    let observer = RelayObserver::new(
+                        self.metrics.clone(),
+                        request.model.clone(),
+                        arrived,
+                        streaming,
+                    );
+                    return Ok(relay(upstream, release, observer, &decision.instance_id));
                 }
                 Ok(upstream) => {
                     let retry_after = upstream
@@ -161,14 +174,23 @@ fn retryable(status: reqwest::StatusCode) -> bool {
     status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS
 }
 
-/// The engine's answer, relayed as it arrives; `release` is held until the relay ends.
-fn relay(upstream: reqwest::Response, release: ReleaseOnDrop, instance_id: &str) -> Response {
+/// The engine's answer, relayed as it arrives and shown to `observer`; `release` is held until
+/// the relay ends.
+fn relay(
+    upstream: reqwest::Response,
+    release: ReleaseOnDrop,
+    mut observer: RelayObserver,
+    instance_id: &str,
+) -> Response {
     let status =
         StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let content_type = upstream.headers().get("content-type").cloned();
     let retry_after = upstream.headers().get("retry-after").cloned();
     let chunks = upstream.bytes_stream().map(move |chunk| {
         let _held_until_the_relay_ends = &release;
+        if let Ok(bytes) = &chunk {
+            observer.observe(bytes);
+        }
         chunk
     });
     let mut response = Response::new(Body::from_stream(chunks));

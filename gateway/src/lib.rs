@@ -3,9 +3,11 @@
 //! A request is parsed and validated, its prompt rendered and tokenized with the served model's
 //! tokenizer, and its block hashes computed ([`preprocess`]); the scheduler picks an instance;
 //! the request is forwarded there and the answer relayed back as it arrives, after which the
-//! dispatch is released ([`forward`]). [`metrics`] counts it all; [`server`] wires the routes.
+//! dispatch is released ([`forward`]). [`observe`] watches the relayed tokens and [`metrics`]
+//! counts it all; [`server`] wires the routes.
 
 pub mod forward;
 pub mod metrics;
+pub mod observe;
 pub mod preprocess;
 pub mod server;

@@ -11,6 +11,13 @@ const SEC: &[f64] = &[
     0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 90.0, 120.0, 180.0, 240.0, 300.0,
 ];
 const STAGE_MS: &[f64] = &[0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0];
+const TTFT_MS: &[f64] = &[
+    10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0, 30000.0,
+    60000.0,
+];
+const TOKEN_MS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 500.0,
+];
 const COUNT: &[f64] = &[
     1.0, 4.0, 16.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0,
     65536.0, 131072.0,
@@ -24,6 +31,11 @@ pub struct GatewayMetrics {
     retries: IntCounterVec,
     input_tokens_total: IntCounterVec,
     input_tokens: HistogramVec,
+    output_tokens_total: IntCounterVec,
+    output_tokens: HistogramVec,
+    ttft: HistogramVec,
+    itl: HistogramVec,
+    tpot: HistogramVec,
     e2e: HistogramVec,
     preprocess: HistogramVec,
     schedule: HistogramVec,
@@ -81,6 +93,31 @@ impl GatewayMetrics {
                 &["model"],
             )?,
             input_tokens: histogram("request_input_tokens", "Prompt tokens per request.", COUNT)?,
+            output_tokens_total: counter(
+                "request_output_tokens_total",
+                "Generated tokens of requests.",
+                &["model"],
+            )?,
+            output_tokens: histogram(
+                "request_output_tokens",
+                "Generated tokens per request.",
+                COUNT,
+            )?,
+            ttft: histogram(
+                "request_ttft_milliseconds",
+                "Arrival to first generated token, in ms.",
+                TTFT_MS,
+            )?,
+            itl: histogram(
+                "request_itl_milliseconds",
+                "Gaps between streamed tokens, in ms.",
+                TOKEN_MS,
+            )?,
+            tpot: histogram(
+                "request_tpot_milliseconds",
+                "Time per output token after the first, in ms.",
+                TOKEN_MS,
+            )?,
             e2e: histogram(
                 "request_e2e_latency_seconds",
                 "Arrival to last byte, in seconds.",
@@ -124,6 +161,28 @@ impl GatewayMetrics {
     /// A retry after `cause` (an HTTP status, or `network_error`).
     pub fn on_retry(&self, model: &str, cause: &str) {
         self.retries.with_label_values(&[model, cause]).inc();
+    }
+
+    /// A gap of `ms` between two streamed tokens.
+    pub fn on_token_gap(&self, model: &str, ms: f64) {
+        self.itl.with_label_values(&[model]).observe(ms);
+    }
+
+    /// An answer with `tokens` generated tokens, the first after `ttft_ms`, the rest over
+    /// `decode_ms`.
+    pub fn on_tokens(&self, model: &str, tokens: u64, ttft_ms: f64, decode_ms: f64) {
+        self.output_tokens_total
+            .with_label_values(&[model])
+            .inc_by(tokens);
+        self.output_tokens
+            .with_label_values(&[model])
+            .observe(tokens as f64);
+        self.ttft.with_label_values(&[model]).observe(ttft_ms);
+        if tokens > 1 {
+            self.tpot
+                .with_label_values(&[model])
+                .observe(decode_ms / (tokens - 1) as f64);
+        }
     }
 
     /// A request ended with `status` after `seconds`.

@@ -101,7 +101,7 @@ async fn handle(gateway: &Gateway, route: Route, headers: &HeaderMap, body: Byte
                     .on_prepared(&model, prepared.prompt_tokens, preprocess_ms);
                 gateway
                     .forwarder
-                    .forward(route, &id, body, prepared)
+                    .forward(route, &id, body, prepared, started)
                     .await
                     .map(|r| (r, id))
             }
