@@ -120,6 +120,11 @@ impl Forwarder {
             let failure = match sent {
                 Ok(upstream) if !retryable(upstream.status()) || attempt >= self.retries => {
                     scheduled(&request.model);
+                    self.metrics.on_placed(
+                        request.prompt_tokens,
+                        decision.cached_tokens,
+                        decision.best_cached_tokens,
+                    );
                     let streaming = upstream
                         .headers()
                         .get("content-type")

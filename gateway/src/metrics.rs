@@ -2,8 +2,8 @@
 //! served model names, or `""` for requests naming no served model, so clients cannot grow it.
 
 use prometheus::{
-    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
 use std::time::Instant;
 
@@ -18,10 +18,19 @@ const TTFT_MS: &[f64] = &[
 const TOKEN_MS: &[f64] = &[
     1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 500.0,
 ];
+const PERCENT: &[f64] = &[
+    0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0,
+];
 const COUNT: &[f64] = &[
     1.0, 4.0, 16.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0,
     65536.0, 131072.0,
 ];
+
+fn plain_histogram(reg: &Registry, name: &str, help: &str) -> prometheus::Result<Histogram> {
+    let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(PERCENT.to_vec()))?;
+    reg.register(Box::new(h.clone()))?;
+    Ok(h)
+}
 
 /// Every family the gateway exports.
 pub struct GatewayMetrics {
@@ -37,6 +46,8 @@ pub struct GatewayMetrics {
     itl: HistogramVec,
     tpot: HistogramVec,
     e2e: HistogramVec,
+    prefix_hit: Histogram,
+    max_prefix_hit: Histogram,
     preprocess: HistogramVec,
     schedule: HistogramVec,
     /// Requests being served.
@@ -118,6 +129,16 @@ impl GatewayMetrics {
                 "Time per output token after the first, in ms.",
                 TOKEN_MS,
             )?,
+            prefix_hit: plain_histogram(
+                &reg,
+                "request_prefix_cache_hit_percent",
+                "Cached share of the prompt on the chosen instance.",
+            )?,
+            max_prefix_hit: plain_histogram(
+                &reg,
+                "request_max_prefix_cache_hit_percent",
+                "Best cached share of the prompt over all instances.",
+            )?,
             e2e: histogram(
                 "request_e2e_latency_seconds",
                 "Arrival to last byte, in seconds.",
@@ -151,6 +172,16 @@ impl GatewayMetrics {
         self.preprocess
             .with_label_values(&[model])
             .observe(preprocess_ms);
+    }
+
+    /// A placement expecting `cached` of `prompt` tokens cached, where the best instance had `best`.
+    pub fn on_placed(&self, prompt: u32, cached: u32, best: u32) {
+        if prompt > 0 {
+            self.prefix_hit
+                .observe(100.0 * cached as f64 / prompt as f64);
+            self.max_prefix_hit
+                .observe(100.0 * best as f64 / prompt as f64);
+        }
     }
 
     /// Scheduling (retries included) took `ms`.

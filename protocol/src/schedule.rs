@@ -65,6 +65,9 @@ pub struct ScheduleDecision {
     pub endpoint: String,
     /// Prompt tokens the instance is expected to have cached.
     pub cached_tokens: u32,
+    /// The most prompt tokens any candidate instance had cached.
+    #[serde(default)]
+    pub best_cached_tokens: u32,
     /// Predicted time to first token, in milliseconds, when the policy predicts it.
     #[serde(default)]
     pub predicted_ttft_ms: Option<f64>,

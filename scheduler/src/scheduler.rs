@@ -370,6 +370,7 @@ impl Scheduler {
             instance_id: state.meta.id.clone(),
             endpoint: state.meta.endpoint.clone(),
             cached_tokens: metrics.cached_tokens as u32,
+            best_cached_tokens: (best_hit_ratio * prompt).round() as u32,
             predicted_ttft_ms: Some(metrics.predicted_ttft * 1000.0),
             predicted_tpot_ms: Some(metrics.predicted_tpot * 1000.0),
         };
