@@ -28,6 +28,8 @@ enum Command {
         #[command(flatten)]
         engine: switchyard_engine::config::EngineArgs,
     },
+    /// Run the gateway alone, in front of a scheduler.
+    Gateway(switchyard_gateway::launcher::GatewayArgs),
     /// Run the scheduler alone, over a list of engine instances.
     Scheduler(switchyard_scheduler::launcher::SchedulerArgs),
 }
@@ -50,6 +52,13 @@ fn main() -> anyhow::Result<()> {
         Command::Engine { listen, engine } => {
             tracing::info!("switchyard engine starting with {listen:?} {engine:?}");
             runtime.block_on(switchyard_engine::launcher::run(listen, engine))
+        }
+        Command::Gateway(args) => {
+            tracing::info!("switchyard gateway starting with {args:?}");
+            runtime.block_on(switchyard_gateway::launcher::run(
+                args,
+                switchyard_engine::launcher::shutdown_signal(),
+            ))
         }
         Command::Scheduler(args) => {
             tracing::info!("switchyard scheduler starting with {args:?}");

@@ -9,6 +9,7 @@ use switchyard_engine::instance::Instance;
 use switchyard_gateway::forward::Forwarder;
 use switchyard_gateway::metrics::GatewayMetrics;
 use switchyard_gateway::preprocess::ServedModel;
+use switchyard_gateway::scheduler_client::SchedulerClient;
 use switchyard_gateway::server::{router, Gateway};
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::service::{run_discovery, Discovery, FollowSettings, SchedulerService};
@@ -105,7 +106,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let gateway = Arc::new(Gateway {
         models: vec![served],
         forwarder: Forwarder::new(
-            scheduler.clone(),
+            SchedulerClient::InProcess(scheduler.clone()),
             format!("serve-{}", std::process::id()),
             args.retries,
             metrics.clone(),

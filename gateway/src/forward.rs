@@ -7,6 +7,7 @@
 use crate::metrics::GatewayMetrics;
 use crate::observe::RelayObserver;
 use crate::preprocess::{Prepared, Route};
+use crate::scheduler_client::SchedulerClient;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
@@ -15,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::ScheduleRequest;
-use switchyard_scheduler::service::ScheduleApi;
 
 /// First backoff before a retry.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -25,7 +25,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// Forwards requests to engines through a scheduler.
 pub struct Forwarder {
     client: reqwest::Client,
-    scheduler: Arc<dyn ScheduleApi>,
+    scheduler: SchedulerClient,
     gateway_id: String,
     retries: u32,
     metrics: Arc<GatewayMetrics>,
@@ -43,15 +43,14 @@ fn backoff(attempt: u32, retry_after: Option<Duration>) -> Duration {
 
 /// Releases a request's dispatch when dropped.
 struct ReleaseOnDrop {
-    scheduler: Arc<dyn ScheduleApi>,
+    scheduler: SchedulerClient,
     request_id: String,
     gateway_id: String,
 }
 
 impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
-        self.scheduler
-            .release(&self.request_id, Some(&self.gateway_id));
+        self.scheduler.release(&self.request_id, &self.gateway_id);
     }
 }
 
@@ -59,7 +58,7 @@ impl Forwarder {
     /// A forwarder over `scheduler`, identifying itself as `gateway_id`, retrying a request up to
     /// `retries` times on other instances.
     pub fn new(
-        scheduler: Arc<dyn ScheduleApi>,
+        scheduler: SchedulerClient,
         gateway_id: String,
         retries: u32,
         metrics: Arc<GatewayMetrics>,
@@ -100,10 +99,7 @@ impl Forwarder {
         };
         let mut attempt = 0;
         loop {
-            let decision = self.scheduler.schedule(&request).map_err(|e| {
-                ApiError::unavailable(format!("No instance can take the request: {e}."))
-                    .with_code(e.label())
-            })?;
+            let decision = self.scheduler.schedule(&request).await?;
             let release = ReleaseOnDrop {
                 scheduler: self.scheduler.clone(),
                 request_id: request_id.to_string(),

@@ -7,7 +7,9 @@
 //! counts it all; [`server`] wires the routes.
 
 pub mod forward;
+pub mod launcher;
 pub mod metrics;
 pub mod observe;
 pub mod preprocess;
+pub mod scheduler_client;
 pub mod server;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use switchyard_gateway::forward::Forwarder;
 use switchyard_gateway::metrics::GatewayMetrics;
 use switchyard_gateway::preprocess::ServedModel;
+use switchyard_gateway::scheduler_client::SchedulerClient;
 use switchyard_gateway::server::{router, Gateway};
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::schedule::InferStage;
@@ -88,7 +89,12 @@ async fn gateway(instances: &[String], retries: u32) -> String {
             chat_template: None,
             block_size: 16,
         }],
-        forwarder: Forwarder::new(scheduler, "test-gateway".into(), retries, metrics.clone()),
+        forwarder: Forwarder::new(
+            SchedulerClient::InProcess(scheduler),
+            "test-gateway".into(),
+            retries,
+            metrics.clone(),
+        ),
         metrics,
         extra_metrics: None,
     });

@@ -88,6 +88,21 @@ impl Process {
         process
     }
 
+    /// Starts `switchyard gateway` with `args` (which name its scheduler), and waits for its
+    /// `/health`.
+    pub async fn gateway(args: &[&str]) -> Process {
+        let process = Self::spawn("gateway", free_ports(1), args);
+        wait_healthy(&process.url(0)).await;
+        process
+    }
+
+    /// Starts `switchyard scheduler` on `port` with `args`, and waits for its `/health`.
+    pub async fn scheduler_on(port: u16, args: &[&str]) -> Process {
+        let process = Self::spawn("scheduler", port, args);
+        wait_healthy(&process.url(0)).await;
+        process
+    }
+
     /// Starts `switchyard serve` with `engines` engines and `args`, and waits for the gateway's
     /// `/health` (its URL is `url(0)`).
     pub async fn serve(engines: u16, args: &[&str]) -> Process {

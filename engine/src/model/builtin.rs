@@ -11,8 +11,7 @@ use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 use std::path::{Path, PathBuf};
 
-/// The served name of the built-in model.
-pub const BUILTIN_MODEL_NAME: &str = "switchyard-builtin";
+pub use switchyard_text::tokenizer::BUILTIN_MODEL_NAME;
 /// Bump when the built-in model's files change, so caches are rewritten.
 const VERSION: &str = "qwen3-v2";
 const SEED: u64 = 0x5717_c4a2;

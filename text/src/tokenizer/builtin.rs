@@ -15,6 +15,9 @@ use tokenizers::{DecoderWrapper, NormalizerWrapper, PostProcessorWrapper, PreTok
 pub const CORPUS: &str = include_str!("../../assets/corpus.txt");
 const VOCAB_SIZE: usize = 2048;
 
+/// The served name of the built-in model (whose tokenizer this is).
+pub const BUILTIN_MODEL_NAME: &str = "switchyard-builtin";
+
 /// End of text; also the padding token.
 pub const END_OF_TEXT: &str = "<|endoftext|>";
 /// Opens a chat turn.

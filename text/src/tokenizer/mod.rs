@@ -4,7 +4,7 @@
 mod builtin;
 mod incremental;
 
-pub use builtin::{builtin_tokenizer, CORPUS as BUILTIN_CORPUS};
+pub use builtin::{builtin_tokenizer, BUILTIN_MODEL_NAME, CORPUS as BUILTIN_CORPUS};
 pub use incremental::IncrementalDecoder;
 
 use rustc_hash::FxHashSet;

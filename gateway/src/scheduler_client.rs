@@ -1,0 +1,224 @@
+//! How the gateway asks for placements: the scheduler in process (`switchyard serve`), or a
+//! remote one over HTTP (`switchyard gateway --scheduler URL`). While a remote scheduler cannot
+//! be reached, requests go round-robin over the instances it last reported schedulable, and the
+//! scheduler is tried again a second later.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use switchyard_protocol::openai::ApiError;
+use switchyard_protocol::schedule::{
+    GatewayHeartbeat, ReleaseRequest, ScheduleDecision, ScheduleRequest,
+};
+use switchyard_scheduler::service::ScheduleApi;
+
+/// How long a remote scheduler may take to answer.
+const SCHEDULE_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long to route locally before trying an unreachable scheduler again.
+const RETRY_SCHEDULER_AFTER: Duration = Duration::from_secs(1);
+/// How often the instance list and heartbeat are refreshed.
+const REFRESH_EVERY: Duration = Duration::from_secs(2);
+
+/// A scheduler, in process or remote.
+#[derive(Clone)]
+pub enum SchedulerClient {
+    /// The scheduler runs in this process.
+    InProcess(Arc<dyn ScheduleApi>),
+    /// The scheduler is another process.
+    Remote(Arc<RemoteScheduler>),
+}
+
+/// A known instance, for local round-robin while the scheduler is away.
+#[derive(Debug, Clone, PartialEq)]
+struct KnownInstance {
+    id: String,
+    endpoint: String,
+    model: String,
+}
+
+/// A scheduler reached over HTTP.
+pub struct RemoteScheduler {
+    client: reqwest::Client,
+    base: String,
+    gateway_id: String,
+    known: Mutex<Vec<KnownInstance>>,
+    down_until: Mutex<Option<Instant>>,
+    cursor: AtomicU64,
+}
+
+impl SchedulerClient {
+    /// Places a request.
+    pub async fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ApiError> {
+        match self {
+            SchedulerClient::InProcess(api) => api.schedule(req).map_err(|e| {
+                ApiError::unavailable(format!("No instance can take the request: {e}."))
+                    .with_code(e.label())
+            }),
+            SchedulerClient::Remote(remote) => remote.schedule(req).await,
+        }
+    }
+
+    /// Forgets a request's dispatch (without waiting, for a remote scheduler).
+    pub fn release(&self, request_id: &str, gateway: &str) {
+        match self {
+            SchedulerClient::InProcess(api) => api.release(request_id, Some(gateway)),
+            SchedulerClient::Remote(remote) => remote.release(request_id),
+        }
+    }
+}
+
+impl RemoteScheduler {
+    /// A client of the scheduler at `base`; starts refreshing its instance list and sending
+    /// heartbeats as `gateway_id` on the current Tokio runtime.
+    pub fn start(base: &str, gateway_id: String) -> Arc<RemoteScheduler> {
+        let remote = Arc::new(RemoteScheduler {
+            client: reqwest::Client::new(),
+            base: base.trim_end_matches('/').to_string(),
+            gateway_id,
+            known: Mutex::new(Vec::new()),
+            down_until: Mutex::new(None),
+            cursor: AtomicU64::new(0),
+        });
+        let refreshing = Arc::downgrade(&remote);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(REFRESH_EVERY);
+            loop {
+                ticks.tick().await;
+                let Some(remote) = refreshing.upgrade() else {
+                    return;
+                };
+                remote.refresh().await;
+            }
+        });
+        remote
+    }
+
+    /// Reads the schedulable instances and says the gateway is alive.
+    async fn refresh(&self) {
+        let heartbeat = GatewayHeartbeat {
+            gateway: self.gateway_id.clone(),
+        };
+        let _ = self
+            .client
+            .post(format!("{}/v1/heartbeat", self.base))
+            .json(&heartbeat)
+            .timeout(SCHEDULE_TIMEOUT)
+            .send()
+            .await;
+        let Ok(response) = self
+            .client
+            .get(format!("{}/v1/instances", self.base))
+            .timeout(SCHEDULE_TIMEOUT)
+            .send()
+            .await
+        else {
+            return;
+        };
+        let Ok(list) = response.json::<Vec<serde_json::Value>>().await else {
+            return;
+        };
+        let known: Vec<KnownInstance> = list
+            .iter()
+            .filter(|v| v["schedulable"] == true)
+            .filter_map(|v| {
+                Some(KnownInstance {
+                    id: v["meta"]["id"].as_str()?.to_string(),
+                    endpoint: v["meta"]["endpoint"].as_str()?.to_string(),
+                    model: v["meta"]["model"].as_str()?.to_string(),
+                })
+            })
+            .collect();
+        *self.known.lock().unwrap_or_else(|p| p.into_inner()) = known;
+    }
+
+    fn scheduler_down(&self) -> bool {
+        let down = self.down_until.lock().unwrap_or_else(|p| p.into_inner());
+        down.is_some_and(|until| Instant::now() < until)
+    }
+
+    async fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ApiError> {
+        if !self.scheduler_down() {
+            let sent = self
+                .client
+                .post(format!("{}/v1/schedule", self.base))
+                .json(req)
+                .timeout(SCHEDULE_TIMEOUT)
+                .send()
+                .await;
+            match sent {
+                Ok(r) if r.status().is_success() => {
+                    if let Ok(decision) = r.json::<ScheduleDecision>().await {
+                        return Ok(decision);
+                    }
+                }
+                Ok(r) => {
+                    let status = r.status().as_u16();
+                    let body: serde_json::Value = r.json().await.unwrap_or_default();
+                    let message = body["error"]["message"]
+                        .as_str()
+                        .unwrap_or("the scheduler refused")
+                        .to_string();
+                    let mut err = ApiError::unavailable(format!(
+                        "No instance can take the request: {message}"
+                    ));
+                    err.status = if status == 503 { 503 } else { 502 };
+                    if let Some(code) = body["error"]["code"].as_str() {
+                        err = err.with_code(code);
+                    }
+                    return Err(err);
+                }
+                Err(e) => tracing::warn!(
+                    "scheduler {} unreachable ({e}); routing round-robin",
+                    self.base
+                ),
+            }
+            *self.down_until.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(Instant::now() + RETRY_SCHEDULER_AFTER);
+        }
+        self.round_robin(req)
+    }
+
+    /// The next known instance of the model, skipping excluded ones.
+    fn round_robin(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ApiError> {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        let candidates: Vec<&KnownInstance> = known
+            .iter()
+            .filter(|k| k.model == req.model && !req.exclude.contains(&k.id))
+            .collect();
+        if candidates.is_empty() {
+            return Err(ApiError::unavailable(
+                "The scheduler is unreachable and no known instance is left.",
+            )
+            .with_code("no_available_endpoint"));
+        }
+        let chosen = candidates
+            [(self.cursor.fetch_add(1, Ordering::Relaxed) % candidates.len() as u64) as usize];
+        Ok(ScheduleDecision {
+            instance_id: chosen.id.clone(),
+            endpoint: chosen.endpoint.clone(),
+            cached_tokens: 0,
+            best_cached_tokens: 0,
+            predicted_ttft_ms: None,
+            predicted_tpot_ms: None,
+        })
+    }
+
+    fn release(&self, request_id: &str) {
+        if self.scheduler_down() {
+            return;
+        }
+        let body = ReleaseRequest {
+            request_id: request_id.to_string(),
+            gateway: Some(self.gateway_id.clone()),
+        };
+        let request = self
+            .client
+            .post(format!("{}/v1/release", self.base))
+            .json(&body)
+            .timeout(SCHEDULE_TIMEOUT);
+        tokio::spawn(async move {
+            // A lost release expires in the scheduler after its dispatch TTL.
+            let _ = request.send().await;
+        });
+    }
+}

@@ -1,0 +1,83 @@
+//! Engines, scheduler and gateway as separate processes: the gateway keeps serving while the
+//! scheduler is down (round-robin over the instances it last knew) and goes back to it when it
+//! returns.
+
+use serde_json::json;
+use std::time::Duration;
+use switchyard_tests::{free_ports, Process};
+
+async fn complete(client: &reqwest::Client, base: &str) -> u16 {
+    client
+        .post(format!("{base}/v1/completions"))
+        .json(&json!({"model": "qwen3-0.6b", "prompt": "hello", "max_tokens": 3}))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0)
+}
+
+async fn scheduled_total(client: &reqwest::Client, scheduler: &str) -> f64 {
+    let text = client
+        .get(format!("{scheduler}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with("scheduler_scheduling_total"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn the_gateway_survives_its_scheduler() {
+    let engines = Process::engine(2, &["--sim-time-scale", "1000"]).await;
+    let instances = format!("{},{}", engines.url(0), engines.url(1));
+    let port = free_ports(1);
+    let mut scheduler = Process::scheduler_on(port, &["--instances", &instances]).await;
+    let scheduler_url = scheduler.url(0);
+    let gateway = Process::gateway(&[
+        "--scheduler",
+        &scheduler_url,
+        "--served-model-name",
+        "qwen3-0.6b",
+    ])
+    .await;
+    let base = gateway.url(0);
+    let client = reqwest::Client::new();
+    let mut ok = false;
+    for _ in 0..100 {
+        if complete(&client, &base).await == 200 {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ok, "the gateway answers through the scheduler");
+    // Let the gateway learn the instance list (refreshed every 2 s).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    scheduler.child.kill().unwrap();
+    scheduler.child.wait().unwrap();
+    for i in 0..10 {
+        assert_eq!(
+            complete(&client, &base).await,
+            200,
+            "request {i} while the scheduler is down"
+        );
+    }
+
+    let scheduler = Process::scheduler_on(port, &["--instances", &instances]).await;
+    let mut back = false;
+    for _ in 0..100 {
+        assert_eq!(complete(&client, &base).await, 200);
+        if scheduled_total(&client, &scheduler.url(0)).await > 0.0 {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(back, "placements return to the scheduler");
+}
