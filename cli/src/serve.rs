@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use switchyard_engine::config::EngineArgs;
 use switchyard_engine::instance::Instance;
+use switchyard_gateway::admission::{Admission, AdmissionArgs};
 use switchyard_gateway::forward::Forwarder;
 use switchyard_gateway::metrics::GatewayMetrics;
 use switchyard_gateway::preprocess::ServedModel;
@@ -38,6 +39,9 @@ pub struct ServeArgs {
     /// Placement policy of the in-process scheduler.
     #[arg(long, env = "SWITCHYARD_POLICY", default_value = "cache-aware")]
     pub policy: Policy,
+    /// Keys, rates and concurrency at the gateway.
+    #[command(flatten)]
+    pub admission: AdmissionArgs,
     /// The engines' model, backend and limits.
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -112,6 +116,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             metrics.clone(),
         ),
         metrics,
+        admission: Admission::new(args.admission.config()?),
         extra_metrics: Some(scheduler),
     });
     let addr = format!("{}:{}", args.host, args.port);

@@ -1,6 +1,7 @@
 //! `switchyard gateway --scheduler URL`: the gateway as its own process, asking a remote
 //! scheduler, with the served model's tokenizer and chat template loaded here.
 
+use crate::admission::{Admission, AdmissionArgs};
 use crate::forward::Forwarder;
 use crate::metrics::GatewayMetrics;
 use crate::preprocess::ServedModel;
@@ -37,6 +38,9 @@ pub struct GatewayArgs {
     /// Retries of a request on other instances before its first byte.
     #[arg(long, env = "SWITCHYARD_RETRIES", default_value_t = 2)]
     pub retries: u32,
+    /// Keys, rates and concurrency.
+    #[command(flatten)]
+    pub admission: AdmissionArgs,
     /// Largest request body, in bytes.
     #[arg(long, env = "SWITCHYARD_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -87,6 +91,7 @@ pub async fn run(
         models: vec![served],
         forwarder: Forwarder::new(scheduler, gateway_id, args.retries, metrics.clone()),
         metrics,
+        admission: Admission::new(args.admission.config()?),
         extra_metrics: None,
     });
     let addr = format!("{}:{}", args.host, args.port);

@@ -6,6 +6,7 @@
 //! dispatch is released ([`forward`]). [`observe`] watches the relayed tokens and [`metrics`]
 //! counts it all; [`server`] wires the routes.
 
+pub mod admission;
 pub mod forward;
 pub mod launcher;
 pub mod metrics;

@@ -52,6 +52,8 @@ pub struct GatewayMetrics {
     schedule: HistogramVec,
     /// Requests being served.
     pub current: IntGauge,
+    pending: IntGauge,
+    rejected: IntCounterVec,
     uptime: Gauge,
 }
 
@@ -83,8 +85,12 @@ impl GatewayMetrics {
             reg.register(Box::new(g.clone()))?;
             Ok(g)
         };
-        // There is no admission queue yet, so nothing is ever pending.
-        gauge("gateway_pending_requests", "Requests queued for admission.")?;
+        let pending = gauge("gateway_pending_requests", "Requests queued for admission.")?;
+        let rejected = counter(
+            "request_rejected_total",
+            "Requests refused by admission, by reason.",
+            &["reason"],
+        )?;
         let uptime = Gauge::new("uptime_seconds", "Seconds since the gateway started.")?;
         reg.register(Box::new(uptime.clone()))?;
         Ok(GatewayMetrics {
@@ -155,6 +161,8 @@ impl GatewayMetrics {
                 STAGE_MS,
             )?,
             current: gauge("gateway_current_requests", "Requests in flight.")?,
+            pending,
+            rejected,
             uptime,
             started: Instant::now(),
             registry: reg,
@@ -222,6 +230,16 @@ impl GatewayMetrics {
             .with_label_values(&[model, &status.to_string()])
             .inc();
         self.e2e.with_label_values(&[model]).observe(seconds);
+    }
+
+    /// Admission refused a request for `reason`.
+    pub fn on_rejected(&self, reason: &str) {
+        self.rejected.with_label_values(&[reason]).inc();
+    }
+
+    /// Requests waiting for admission now.
+    pub fn set_pending(&self, waiting: usize) {
+        self.pending.set(waiting as i64);
     }
 
     /// The exposition text.

@@ -1,5 +1,6 @@
 //! The gateway's routes: the OpenAI API in front of the pool, models and health.
 
+use crate::admission::{Admission, Admitted};
 use crate::forward::Forwarder;
 use crate::metrics::GatewayMetrics;
 use crate::preprocess::{prepare, Route, ServedModel};
@@ -26,12 +27,15 @@ pub struct Gateway {
     pub forwarder: Forwarder,
     /// The gateway's metrics.
     pub metrics: Arc<GatewayMetrics>,
+    /// Keys, rates and concurrency.
+    pub admission: Admission,
     /// More metrics text served on `/metrics` (the in-process scheduler's, in `serve`).
     pub extra_metrics: Option<Arc<SchedulerService>>,
 }
 
 /// Records a request's end when its response body is done (read to the end, or dropped).
 struct Finish {
+    _admitted: Option<Admitted>,
     metrics: Arc<GatewayMetrics>,
     model: String,
     status: u16,
@@ -89,29 +93,23 @@ async fn handle(gateway: &Gateway, route: Route, headers: &HeaderMap, body: Byte
     let started = Instant::now();
     gateway.metrics.current.inc();
     let mut model = String::new();
-    let result = match request_id(headers) {
-        Err(e) => Err(e),
-        Ok(id) => match prepare(route, &body, &gateway.models) {
-            Err(e) => Err(e),
-            Ok(prepared) => {
-                model = prepared.model.clone();
-                let preprocess_ms = started.elapsed().as_secs_f64() * 1000.0;
-                gateway
-                    .metrics
-                    .on_prepared(&model, prepared.prompt_tokens, preprocess_ms);
-                gateway
-                    .forwarder
-                    .forward(route, &id, body, prepared, started)
-                    .await
-                    .map(|r| (r, id))
-            }
-        },
-    };
+    let mut admitted = None;
+    let result = admit_and_forward(
+        gateway,
+        route,
+        headers,
+        body,
+        started,
+        &mut model,
+        &mut admitted,
+    )
+    .await;
     let (response, id) = match result {
         Ok((response, id)) => (response, Some(id)),
         Err(e) => (error(e), None),
     };
     let finish = Finish {
+        _admitted: admitted,
         metrics: gateway.metrics.clone(),
         model,
         status: response.status().as_u16(),
@@ -128,7 +126,51 @@ async fn handle(gateway: &Gateway, route: Route, headers: &HeaderMap, body: Byte
     Response::from_parts(parts, Body::from_stream(chunks))
 }
 
+/// Authenticates, prepares, admits and forwards a request; notes its model and admission slot.
+async fn admit_and_forward(
+    gateway: &Gateway,
+    route: Route,
+    headers: &HeaderMap,
+    body: Bytes,
+    started: Instant,
+    model: &mut String,
+    admitted: &mut Option<Admitted>,
+) -> Result<(Response, String), ApiError> {
+    let id = request_id(headers)?;
+    let authorization = headers.get("authorization").and_then(|v| v.to_str().ok());
+    let key = gateway
+        .admission
+        .authenticate(authorization)
+        .map_err(|rejection| {
+            let (reason, e) = *rejection;
+            gateway.metrics.on_rejected(reason);
+            e
+        })?;
+    let prepared = prepare(route, &body, &gateway.models)?;
+    model.clone_from(&prepared.model);
+    let preprocess_ms = started.elapsed().as_secs_f64() * 1000.0;
+    gateway
+        .metrics
+        .on_prepared(model, prepared.prompt_tokens, preprocess_ms);
+    let slot = gateway
+        .admission
+        .admit(key.as_deref(), prepared.prompt_tokens)
+        .await
+        .map_err(|rejection| {
+            let (reason, e) = *rejection;
+            gateway.metrics.on_rejected(reason);
+            e
+        })?;
+    *admitted = Some(slot);
+    let response = gateway
+        .forwarder
+        .forward(route, &id, body, prepared, started)
+        .await?;
+    Ok((response, id))
+}
+
 async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
+    gateway.metrics.set_pending(gateway.admission.waiting());
     let mut text = gateway.metrics.render();
     if let Some(scheduler) = &gateway.extra_metrics {
         text.push_str(&scheduler.render_metrics());

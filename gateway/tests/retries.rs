@@ -6,6 +6,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use switchyard_gateway::admission::{Admission, AdmissionConfig};
 use switchyard_gateway::forward::Forwarder;
 use switchyard_gateway::metrics::GatewayMetrics;
 use switchyard_gateway::preprocess::ServedModel;
@@ -96,6 +97,7 @@ async fn gateway(instances: &[String], retries: u32) -> String {
             metrics.clone(),
         ),
         metrics,
+        admission: Admission::new(AdmissionConfig::default()),
         extra_metrics: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

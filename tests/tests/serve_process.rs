@@ -186,3 +186,68 @@ async fn one_endpoint_serves_and_spreads_over_its_engines() {
         assert!(findings.is_empty(), "promtool: {report}");
     }
 }
+
+#[tokio::test]
+async fn api_keys_and_rate_limits_are_enforced() {
+    let dir = std::env::temp_dir().join(format!("switchyard-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys.json");
+    std::fs::write(
+        &keys,
+        r#"[{"key": "sk-team-a", "name": "team-a", "requests_per_minute": 3}]"#,
+    )
+    .unwrap();
+    let serve = Process::serve(
+        1,
+        &[
+            "--backend",
+            "sim",
+            "--sim-time-scale",
+            "100",
+            "--api-keys",
+            keys.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let base = serve.url(0);
+    let client = reqwest::Client::new();
+    let call = |key: Option<&str>| {
+        let mut request = client
+            .post(format!("{base}/v1/completions"))
+            .json(&json!({"prompt": "hi", "max_tokens": 1}));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        request.send()
+    };
+    assert_eq!(call(None).await.unwrap().status(), 401);
+    assert_eq!(call(Some("sk-wrong")).await.unwrap().status(), 401);
+    // The engine becomes schedulable shortly after start; wait with the key's budget untouched.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let r = call(Some("sk-team-a")).await.unwrap();
+        statuses.push((
+            r.status().as_u16(),
+            r.headers().get("retry-after").is_some(),
+        ));
+    }
+    assert_eq!(
+        statuses,
+        vec![(200, false), (200, false), (200, false), (429, true)]
+    );
+    let metrics = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("request_rejected_total{reason=\"invalid_api_key\"} 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("request_rejected_total{reason=\"requests_per_minute\"} 1"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
