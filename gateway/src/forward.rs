@@ -4,6 +4,7 @@
 //! dispatch is released when the relay ends, whether the answer was read to the end or the client
 //! went away.
 
+use crate::breaker::{BreakerState, Breakers};
 use crate::metrics::GatewayMetrics;
 use crate::observe::RelayObserver;
 use crate::preprocess::{Prepared, Route};
@@ -29,7 +30,13 @@ pub struct Forwarder {
     gateway_id: String,
     retries: u32,
     metrics: Arc<GatewayMetrics>,
+    breakers: Breakers,
 }
+
+/// Consecutive failures that open an instance's circuit breaker.
+const BREAKER_THRESHOLD: u32 = 5;
+/// How long an open breaker keeps requests away before a probe.
+const BREAKER_COOLDOWN: Duration = Duration::from_secs(10);
 
 /// The backoff before retry number `attempt` (from 1): doubling from 50 ms, with ±50% jitter,
 /// at least what the instance asked for in `Retry-After`, at most 2 s.
@@ -69,7 +76,13 @@ impl Forwarder {
             gateway_id,
             retries,
             metrics,
+            breakers: Breakers::new(BREAKER_THRESHOLD, BREAKER_COOLDOWN),
         }
+    }
+
+    /// Circuit breakers that are not closed, with their state.
+    pub fn breaker_states(&self) -> Vec<(String, BreakerState)> {
+        self.breakers.states(std::time::Instant::now())
     }
 
     /// Schedules the request, sends `body` to the chosen engine and relays the answer, retrying
@@ -98,6 +111,7 @@ impl Forwarder {
                 .on_scheduled(model, started.elapsed().as_secs_f64() * 1000.0)
         };
         let mut attempt = 0;
+        request.exclude = self.breakers.excluded(std::time::Instant::now());
         loop {
             let decision = self.scheduler.schedule(&request).await?;
             let release = ReleaseOnDrop {
@@ -115,6 +129,12 @@ impl Forwarder {
                 .await;
             let failure = match sent {
                 Ok(upstream) if !retryable(upstream.status()) || attempt >= self.retries => {
+                    if upstream.status().is_server_error() {
+                        self.breakers
+                            .on_failure(&decision.instance_id, std::time::Instant::now());
+                    } else {
+                        self.breakers.on_success(&decision.instance_id);
+                    }
                     scheduled(&request.model);
                     self.metrics.on_placed(
                         request.prompt_tokens,
@@ -135,6 +155,10 @@ impl Forwarder {
                     return Ok(relay(upstream, release, observer, &decision.instance_id));
                 }
                 Ok(upstream) => {
+                    if upstream.status().is_server_error() {
+                        self.breakers
+                            .on_failure(&decision.instance_id, std::time::Instant::now());
+                    }
                     let retry_after = upstream
                         .headers()
                         .get("retry-after")
@@ -145,9 +169,13 @@ impl Forwarder {
                         decision.instance_id,
                         upstream.status()
                     );
+                    self.metrics
+                        .on_retry(&request.model, upstream.status().as_str());
                     retry_after
                 }
                 Err(e) if attempt >= self.retries => {
+                    self.breakers
+                        .on_failure(&decision.instance_id, std::time::Instant::now());
                     scheduled(&request.model);
                     return Err(ApiError::bad_gateway(format!(
                         "The instance {} could not be reached: {e}",
@@ -155,10 +183,13 @@ impl Forwarder {
                     )));
                 }
                 Err(e) => {
+                    self.breakers
+                        .on_failure(&decision.instance_id, std::time::Instant::now());
                     tracing::info!(
                         "{request_id}: {} unreachable ({e}), retrying elsewhere",
                         decision.instance_id
                     );
+                    self.metrics.on_retry(&request.model, "network_error");
                     None
                 }
             };

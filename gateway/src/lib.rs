@@ -7,6 +7,7 @@
 //! counts it all; [`server`] wires the routes.
 
 pub mod admission;
+pub mod breaker;
 pub mod forward;
 pub mod launcher;
 pub mod metrics;

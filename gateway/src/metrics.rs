@@ -54,6 +54,7 @@ pub struct GatewayMetrics {
     pub current: IntGauge,
     pending: IntGauge,
     rejected: IntCounterVec,
+    breakers: prometheus::IntGaugeVec,
     uptime: Gauge,
 }
 
@@ -86,6 +87,14 @@ impl GatewayMetrics {
             Ok(g)
         };
         let pending = gauge("gateway_pending_requests", "Requests queued for admission.")?;
+        let breakers = prometheus::IntGaugeVec::new(
+            Opts::new(
+                "gateway_circuit_breaker_state",
+                "Circuit breaker of an instance: 1 open, 2 half-open (closed ones are absent).",
+            ),
+            &["instance"],
+        )?;
+        reg.register(Box::new(breakers.clone()))?;
         let rejected = counter(
             "request_rejected_total",
             "Requests refused by admission, by reason.",
@@ -163,6 +172,7 @@ impl GatewayMetrics {
             current: gauge("gateway_current_requests", "Requests in flight.")?,
             pending,
             rejected,
+            breakers,
             uptime,
             started: Instant::now(),
             registry: reg,
@@ -235,6 +245,16 @@ impl GatewayMetrics {
     /// Admission refused a request for `reason`.
     pub fn on_rejected(&self, reason: &str) {
         self.rejected.with_label_values(&[reason]).inc();
+    }
+
+    /// The breakers that are not closed now.
+    pub fn set_breakers(&self, states: &[(String, crate::breaker::BreakerState)]) {
+        self.breakers.reset();
+        for (instance, state) in states {
+            self.breakers
+                .with_label_values(&[instance.as_str()])
+                .set(*state as i64);
+        }
     }
 
     /// Requests waiting for admission now.

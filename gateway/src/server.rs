@@ -171,6 +171,9 @@ async fn admit_and_forward(
 
 async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
     gateway.metrics.set_pending(gateway.admission.waiting());
+    gateway
+        .metrics
+        .set_breakers(&gateway.forwarder.breaker_states());
     let mut text = gateway.metrics.render();
     if let Some(scheduler) = &gateway.extra_metrics {
         text.push_str(&scheduler.render_metrics());

@@ -173,3 +173,41 @@ async fn every_instance_failing_ends_in_no_capacity() {
         "the only instance is excluded after failing"
     );
 }
+
+#[tokio::test]
+async fn a_failing_instance_is_left_out_once_its_breaker_opens() {
+    let (bad_calls, good_calls) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let bad = upstream(503, bad_calls.clone()).await;
+    let good = upstream(200, good_calls.clone()).await;
+    let gw = gateway(&[bad.clone(), good.clone()], 2).await;
+    for _ in 0..10 {
+        let (status, instance, _) = complete(&gw).await;
+        assert_eq!((status, instance.as_str()), (200, good.as_str()));
+    }
+    assert_eq!(
+        bad_calls.load(Ordering::SeqCst),
+        5,
+        "five failures open the breaker; then it is skipped"
+    );
+    assert_eq!(good_calls.load(Ordering::SeqCst), 10);
+    let metrics = reqwest::get(format!("{gw}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(&format!(
+            "gateway_circuit_breaker_state{{instance=\"{bad}\"}} 1"
+        )),
+        "{metrics}"
+    );
+    let retries: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("request_retry_total"))
+        .collect();
+    assert_eq!(
+        retries,
+        vec!["request_retry_total{model=\"m\",status_code=\"503\"} 5"]
+    );
+}

@@ -1,0 +1,140 @@
+//! Per-instance circuit breakers: after `threshold` consecutive failures (connection errors and
+//! 5xx; a 429 is capacity, not failure) an instance is left out for a cooldown; then one request
+//! probes it (half-open), and its outcome closes the breaker or opens it again.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A breaker's state, as exported (`gateway_circuit_breaker_state`: 0, 1, 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Requests flow.
+    Closed = 0,
+    /// Requests are kept away until the cooldown ends.
+    Open = 1,
+    /// One probe request is allowed through.
+    HalfOpen = 2,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Breaker {
+    failures: u32,
+    open_until: Option<Instant>,
+    /// When the current probe was let through (the scheduler may send it elsewhere, so a probe
+    /// that is not heard of within a cooldown gives way to another).
+    probe_since: Option<Instant>,
+}
+
+/// The breakers of every instance a gateway has sent to.
+#[derive(Debug)]
+pub struct Breakers {
+    threshold: u32,
+    cooldown: Duration,
+    breakers: Mutex<HashMap<String, Breaker>>,
+}
+
+impl Breakers {
+    /// Breakers that open after `threshold` consecutive failures for `cooldown`.
+    pub fn new(threshold: u32, cooldown: Duration) -> Self {
+        Breakers {
+            threshold: threshold.max(1),
+            cooldown,
+            breakers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Instances to leave out at `now`. An open breaker whose cooldown ended turns half-open and
+    /// lets exactly one request through as its probe.
+    pub fn excluded(&self, now: Instant) -> Vec<String> {
+        let mut breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = Vec::new();
+        for (id, b) in breakers.iter_mut() {
+            let Some(until) = b.open_until else { continue };
+            let cooling = now < until;
+            let probe_out = b
+                .probe_since
+                .is_some_and(|since| now - since < self.cooldown);
+            if cooling || probe_out {
+                out.push(id.clone());
+            } else {
+                b.probe_since = Some(now);
+            }
+        }
+        out
+    }
+
+    /// A request to `instance` succeeded (or was refused for capacity): the breaker closes.
+    pub fn on_success(&self, instance: &str) {
+        let mut breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
+        breakers.remove(instance);
+    }
+
+    /// A request to `instance` failed at `now`.
+    pub fn on_failure(&self, instance: &str, now: Instant) {
+        let mut breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
+        let b = breakers.entry(instance.to_string()).or_default();
+        b.failures += 1;
+        if b.probe_since.is_some() || b.failures >= self.threshold {
+            b.open_until = Some(now + self.cooldown);
+            b.probe_since = None;
+        }
+    }
+
+    /// Every breaker that is not closed, with its state at `now`.
+    pub fn states(&self, now: Instant) -> Vec<(String, BreakerState)> {
+        let breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
+        breakers
+            .iter()
+            .map(|(id, b)| {
+                let state = match b.open_until {
+                    None => BreakerState::Closed,
+                    Some(until) if now < until => BreakerState::Open,
+                    Some(_) => BreakerState::HalfOpen,
+                };
+                (id.clone(), state)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_after_the_threshold_and_probes_after_the_cooldown() {
+        let b = Breakers::new(3, Duration::from_secs(5));
+        let t0 = Instant::now();
+        b.on_failure("a", t0);
+        b.on_failure("a", t0);
+        assert!(b.excluded(t0).is_empty(), "two failures keep it closed");
+        b.on_failure("a", t0);
+        assert_eq!(b.excluded(t0), vec!["a".to_string()]);
+        assert_eq!(b.states(t0), vec![("a".to_string(), BreakerState::Open)]);
+        let later = t0 + Duration::from_secs(6);
+        assert!(b.excluded(later).is_empty(), "the probe goes through");
+        assert_eq!(
+            b.excluded(later),
+            vec!["a".to_string()],
+            "one probe at a time"
+        );
+        b.on_failure("a", later);
+        assert_eq!(
+            b.excluded(later),
+            vec!["a".to_string()],
+            "a failed probe opens it again"
+        );
+        let again = later + Duration::from_secs(6);
+        assert!(b.excluded(again).is_empty());
+        let unanswered = again + Duration::from_secs(6);
+        assert!(
+            b.excluded(unanswered).is_empty(),
+            "a probe never heard of gives way to another"
+        );
+        b.on_success("a");
+        assert!(b.states(again).is_empty(), "a successful probe closes it");
+        b.on_failure("a", again);
+        assert!(b.excluded(again).is_empty(), "the count starts over");
+    }
+}
