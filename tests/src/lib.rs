@@ -161,6 +161,26 @@ pub async fn wait_healthy(base: &str) {
     panic!("{base} did not become healthy");
 }
 
+/// The `/metrics` text of `base`.
+pub async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
+    client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics answer")
+        .text()
+        .await
+        .expect("metrics text")
+}
+
+/// The value of the first sample whose line starts with `series` (0 when there is none).
+pub fn metric_value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// Whether Python can import `module`.
 pub fn python_has(module: &str) -> bool {
     Command::new("python3")

@@ -4,7 +4,7 @@
 
 use serde_json::json;
 use std::time::Duration;
-use switchyard_tests::{free_ports, Process};
+use switchyard_tests::{free_ports, metric_value, metrics_text, Process};
 
 async fn complete(client: &reqwest::Client, base: &str) -> u16 {
     client
@@ -17,18 +17,10 @@ async fn complete(client: &reqwest::Client, base: &str) -> u16 {
 }
 
 async fn scheduled_total(client: &reqwest::Client, scheduler: &str) -> f64 {
-    let text = client
-        .get(format!("{scheduler}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find(|l| l.starts_with("scheduler_scheduling_total"))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0.0)
+    metric_value(
+        &metrics_text(client, scheduler).await,
+        "scheduler_scheduling_total",
+    )
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::time::Duration;
-use switchyard_tests::Process;
+use switchyard_tests::{metric_value, metrics_text, Process};
 
 #[tokio::test]
 async fn one_endpoint_serves_and_spreads_over_its_engines() {
@@ -119,21 +119,8 @@ async fn one_endpoint_serves_and_spreads_over_its_engines() {
     assert_eq!(err["error"]["type"], "invalid_request_error");
 
     // One /metrics for gateway and scheduler; every request counted once when it ended.
-    let metrics = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let value = |series: &str| -> f64 {
-        metrics
-            .lines()
-            .find(|l| l.starts_with(series))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-            .unwrap_or(0.0)
-    };
+    let metrics = metrics_text(&client, &base).await;
+    let value = |series: &str| metric_value(&metrics, series);
     assert_eq!(
         value("request_total{model=\"qwen3-0.6b\",status_code=\"200\"}"),
         11.0,
@@ -236,14 +223,7 @@ async fn api_keys_and_rate_limits_are_enforced() {
         statuses,
         vec![(200, false), (200, false), (200, false), (429, true)]
     );
-    let metrics = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&client, &base).await;
     assert!(
         metrics.contains("request_rejected_total{reason=\"invalid_api_key\"} 2"),
         "{metrics}"
