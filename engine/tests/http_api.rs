@@ -473,18 +473,9 @@ async fn client_disconnect_aborts_and_frees_the_request() {
         .unwrap();
     response.chunk().await.unwrap();
     drop(response);
-    let mut aborted = 0.0;
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let m = e.metrics().await;
-        aborted = aborted_requests(&m);
-        if aborted == 1.0 {
-            assert_eq!(metric(&m, "vllm:num_requests_running"), 0.0);
-            assert_eq!(metric(&m, "vllm:kv_cache_usage_perc"), 0.0);
-            break;
-        }
-    }
-    assert_eq!(aborted, 1.0);
+    let m = after_one_abort(&e).await;
+    assert_eq!(metric(&m, "vllm:num_requests_running"), 0.0);
+    assert_eq!(metric(&m, "vllm:kv_cache_usage_perc"), 0.0);
 }
 
 #[tokio::test]
@@ -498,17 +489,8 @@ async fn a_non_streamed_request_is_aborted_when_its_client_leaves() {
         .send()
         .await;
     assert!(gone.is_err(), "the client gives up first");
-    let mut aborted = 0.0;
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let m = e.metrics().await;
-        aborted = aborted_requests(&m);
-        if aborted == 1.0 {
-            assert_eq!(metric(&m, "vllm:num_requests_running"), 0.0);
-            break;
-        }
-    }
-    assert_eq!(aborted, 1.0);
+    let m = after_one_abort(&e).await;
+    assert_eq!(metric(&m, "vllm:num_requests_running"), 0.0);
 }
 
 #[tokio::test]
@@ -558,6 +540,18 @@ fn expected_lint(line: &str) -> bool {
                 name,
                 "avg_prompt_throughput_toks_per_s" | "avg_generation_throughput_toks_per_s"
             ))
+}
+
+/// The engine's metrics once exactly one request has finished as aborted (2 s at most).
+async fn after_one_abort(e: &Engine) -> String {
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let m = e.metrics().await;
+        if aborted_requests(&m) == 1.0 {
+            return m;
+        }
+    }
+    panic!("the request was not aborted");
 }
 
 fn aborted_requests(metrics: &str) -> f64 {

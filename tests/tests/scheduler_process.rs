@@ -29,16 +29,31 @@ async fn instances(client: &reqwest::Client, scheduler: &Process) -> Vec<Value> 
         .unwrap()
 }
 
-/// Waits until every instance is schedulable.
-async fn until_ready(client: &reqwest::Client, scheduler: &Process, n: usize) {
+/// Waits until the scheduler's instance list satisfies `done`.
+async fn until(
+    client: &reqwest::Client,
+    scheduler: &Process,
+    what: &str,
+    done: impl Fn(&[Value]) -> bool,
+) {
     for _ in 0..200 {
-        let list = instances(client, scheduler).await;
-        if list.len() == n && list.iter().all(|v| v["schedulable"] == true) {
+        if done(&instances(client, scheduler).await) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("instances never became schedulable");
+    panic!("the scheduler never saw {what}");
+}
+
+/// Waits until `n` instances are known, all schedulable.
+async fn until_ready(client: &reqwest::Client, scheduler: &Process, n: usize) {
+    until(
+        client,
+        scheduler,
+        &format!("{n} schedulable instances"),
+        |list| list.len() == n && list.iter().all(|v| v["schedulable"] == true),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -194,18 +209,14 @@ async fn the_scheduler_scrapes_engines_by_their_metrics_dialect() {
 
 /// Waits until the scheduler knows exactly `ids`, all schedulable.
 async fn until_instances(client: &reqwest::Client, scheduler: &Process, ids: &[String]) {
-    for _ in 0..200 {
-        let list = instances(client, scheduler).await;
-        let known: Vec<String> = list
+    until(client, scheduler, &format!("exactly {ids:?}"), |list| {
+        let known: Vec<&str> = list
             .iter()
-            .map(|v| v["meta"]["id"].as_str().unwrap().to_string())
+            .filter_map(|v| v["meta"]["id"].as_str())
             .collect();
-        if known == ids && list.iter().all(|v| v["schedulable"] == true) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the scheduler never saw exactly {ids:?}");
+        known == ids && list.iter().all(|v| v["schedulable"] == true)
+    })
+    .await;
 }
 
 #[tokio::test]
