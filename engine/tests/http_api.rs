@@ -221,6 +221,87 @@ async fn stop_strings_and_stop_tokens_end_choices() {
 }
 
 #[tokio::test]
+async fn streams_name_their_token_ids_when_asked_and_a_continuation_is_exact() {
+    let e = start(&[]).await;
+    let req = json!({"prompt": [10, 20, 30], "max_tokens": 8, "ignore_eos": true,
+        "temperature": 0, "stream": true});
+    let text = e
+        .client
+        .post(format!("{}/v1/completions", e.base))
+        .header("x-switchyard-token-ids", "1")
+        .json(&req)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    let mut generated = String::new();
+    for event in text.split("\n\n") {
+        for line in event.lines() {
+            if let Some(list) = line.strip_prefix(": token_ids ") {
+                ids.extend(list.split(',').map(|t| t.parse::<i64>().unwrap()));
+            } else if let Some(data) = line.strip_prefix("data: ") {
+                if let Ok(chunk) = serde_json::from_str::<Value>(data) {
+                    generated += chunk["choices"][0]["text"].as_str().unwrap_or_default();
+                }
+            }
+        }
+    }
+    assert_eq!(ids.len(), 8, "{text}");
+    let plain = e.stream("/v1/completions", req.clone()).await;
+    assert!(
+        plain.iter().all(|p| !p.contains("token_ids")),
+        "only when asked"
+    );
+
+    // Prompt plus the first three tokens, continued: the same last five tokens.
+    let mut resumed = json!([10, 20, 30]);
+    resumed
+        .as_array_mut()
+        .unwrap()
+        .extend(ids[..3].iter().map(|&t| json!(t)));
+    let (_, tail) = e
+        .post(
+            "/v1/completions",
+            json!({"prompt": resumed, "max_tokens": 5, "ignore_eos": true, "temperature": 0}),
+        )
+        .await;
+    let (_, head) = e
+        .post(
+            "/detokenize",
+            json!({"tokens": [10, 20, 30, ids[0], ids[1], ids[2]]}),
+        )
+        .await;
+    let (_, prompt) = e.post("/detokenize", json!({"tokens": [10, 20, 30]})).await;
+    let head = head["prompt"].as_str().unwrap();
+    let first_three = &head[prompt["prompt"].as_str().unwrap().len()..];
+    assert_eq!(
+        format!("{first_three}{}", tail["choices"][0]["text"].as_str().unwrap()),
+        generated
+    );
+
+    // A chat request carrying the rendered prompt's ids answers as the rendered one does.
+    let chat = json!({"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 6,
+        "ignore_eos": true, "temperature": 0});
+    let (_, rendered) = e.post("/v1/chat/completions", chat.clone()).await;
+    let (_, tokenized) = e
+        .post("/tokenize", json!({"messages": chat["messages"]}))
+        .await;
+    let mut with_ids = chat.clone();
+    with_ids["prompt_token_ids"] = tokenized["tokens"].clone();
+    with_ids["messages"] = json!([{"role": "user", "content": "ignored"}]);
+    let (status, given) = e.post("/v1/chat/completions", with_ids).await;
+    assert_eq!(status, 200, "{given}");
+    assert_eq!(
+        given["choices"][0]["message"]["content"],
+        rendered["choices"][0]["message"]["content"]
+    );
+    assert_eq!(given["usage"], rendered["usage"]);
+}
+
+#[tokio::test]
 async fn bad_input_gets_openai_errors() {
     let e = start(&[]).await;
     let long_prompt: Vec<u32> = vec![5; 600];

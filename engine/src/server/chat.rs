@@ -3,7 +3,8 @@
 use super::errors::{HttpError, OpenAiJson};
 use super::generation::{Generation, TokenLogprobs};
 use super::params::{settle_max_tokens, validate, MAX_LOGPROBS};
-use super::{check_model, sse_response, RequestId, ResponseShape};
+use super::params::token_prompt;
+use super::{check_model, sse_response, wants_token_ids, Payload, RequestId, ResponseShape};
 use crate::chat_template::{TemplateInput, TemplateMessage};
 use crate::instance::Instance;
 use axum::extract::State;
@@ -91,6 +92,7 @@ pub fn chat_prompt(
 pub async fn chat_completions(
     State(instance): State<Arc<Instance>>,
     RequestId(request_id): RequestId,
+    headers: axum::http::HeaderMap,
     OpenAiJson(req): OpenAiJson<ChatCompletionRequest>,
 ) -> Result<Response, HttpError> {
     let model = check_model(&instance, req.model.as_deref())?;
@@ -137,13 +139,19 @@ pub async fn chat_completions(
     )?;
     let add_generation_prompt =
         req.add_generation_prompt.unwrap_or(true) && !req.continue_final_message.unwrap_or(false);
-    let prompt = chat_prompt(
-        &instance,
-        &req.messages,
-        add_generation_prompt,
-        req.tools.as_ref(),
-        req.chat_template_kwargs.clone().unwrap_or_default(),
-    )?;
+    let prompt = match &req.prompt_token_ids {
+        Some(ids) => {
+            template_messages(&req.messages)?;
+            token_prompt(ids, tok.vocab_size())?
+        }
+        None => chat_prompt(
+            &instance,
+            &req.messages,
+            add_generation_prompt,
+            req.tools.as_ref(),
+            req.chat_template_kwargs.clone().unwrap_or_default(),
+        )?,
+    };
     let max = settle_max_tokens(
         prompt.len(),
         params.max_tokens,
@@ -153,8 +161,15 @@ pub async fn chat_completions(
     if instance.is_draining() {
         return Err(ApiError::unavailable("The engine is shutting down.").into());
     }
-    let mut generation =
-        Generation::start(&instance, &request_id, vec![(prompt, max)], &params).await?;
+    let token_ids = params.stream && wants_token_ids(&headers);
+    let mut generation = Generation::start(
+        &instance,
+        &request_id,
+        vec![(prompt, max)],
+        &params,
+        token_ids,
+    )
+    .await?;
     let shape = ResponseShape::new(
         format!("chatcmpl-{request_id}"),
         model,
@@ -194,7 +209,7 @@ pub async fn chat_completions(
     let stream = async_stream::stream! {
         for i in 0..generation.num_choices() {
             let delta = ChatDelta { role: Some("assistant".into()), content: Some(String::new()) };
-            yield shape.chat_chunk(i as u32, delta, None, None, None);
+            yield Payload::plain(shape.chat_chunk(i as u32, delta, None, None, None));
         }
         while let Some(update) = generation.next().await {
             let lp = shape.logprobs.then(|| ChatLogprobs { content: shape.chat_logprobs(&update.logprobs) });
@@ -203,13 +218,14 @@ pub async fn chat_completions(
                 content: (!update.text.is_empty()).then(|| update.text.clone()),
             };
             let usage = continuous.then(|| generation.usage());
-            yield shape.chat_chunk(update.index, delta, lp, update.finish, usage);
+            let data = shape.chat_chunk(update.index, delta, lp, update.finish, usage);
+            yield Payload { data, token_ids: update.tokens };
         }
         if include_usage {
-            yield shape.usage_chunk("chat.completion.chunk", generation.usage());
+            yield Payload::plain(shape.usage_chunk("chat.completion.chunk", generation.usage()));
         }
     };
-    Ok(sse_response(stream))
+    Ok(sse_response(stream, token_ids))
 }
 
 impl ResponseShape {

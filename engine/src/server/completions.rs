@@ -3,7 +3,7 @@
 use super::errors::{HttpError, OpenAiJson};
 use super::generation::{Generation, TokenLogprobs};
 use super::params::{settle_max_tokens, token_prompt, validate};
-use super::{check_model, sse_response, RequestId, ResponseShape};
+use super::{check_model, sse_response, wants_token_ids, Payload, RequestId, ResponseShape};
 use crate::instance::Instance;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -19,6 +19,7 @@ const DEFAULT_MAX_TOKENS: u32 = 16;
 pub async fn completions(
     State(instance): State<Arc<Instance>>,
     RequestId(request_id): RequestId,
+    headers: axum::http::HeaderMap,
     OpenAiJson(req): OpenAiJson<CompletionRequest>,
 ) -> Result<Response, HttpError> {
     let model = check_model(&instance, req.model.as_deref())?;
@@ -73,7 +74,9 @@ pub async fn completions(
     } else {
         Vec::new()
     };
-    let mut generation = Generation::start(&instance, &request_id, prompts, &params).await?;
+    let token_ids = params.stream && wants_token_ids(&headers);
+    let mut generation =
+        Generation::start(&instance, &request_id, prompts, &params, token_ids).await?;
     let shape = ResponseShape::new(
         format!("cmpl-{request_id}"),
         model,
@@ -117,7 +120,7 @@ pub async fn completions(
         for (i, offset) in offsets.iter_mut().enumerate() {
             if let Some(text) = echo.get(generation.prompt_of(i as u32)) {
                 *offset = text.len();
-                yield shape.completion_chunk(i as u32, text.clone(), None, None, None);
+                yield Payload::plain(shape.completion_chunk(i as u32, text.clone(), None, None, None));
             }
         }
         while let Some(update) = generation.next().await {
@@ -126,13 +129,14 @@ pub async fn completions(
             shape.extend_logprobs(&mut lp, &update.logprobs, offsets[i]);
             offsets[i] += update.text.len();
             let usage = continuous.then(|| generation.usage());
-            yield shape.completion_chunk(update.index, update.text, shape.logprobs.then_some(lp), update.finish, usage);
+            let data = shape.completion_chunk(update.index, update.text, shape.logprobs.then_some(lp), update.finish, usage);
+            yield Payload { data, token_ids: update.tokens };
         }
         if include_usage {
-            yield shape.usage_chunk("text_completion", generation.usage());
+            yield Payload::plain(shape.usage_chunk("text_completion", generation.usage()));
         }
     };
-    Ok(sse_response(stream))
+    Ok(sse_response(stream, token_ids))
 }
 
 impl ResponseShape {

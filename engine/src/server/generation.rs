@@ -32,6 +32,8 @@ pub struct ChoiceUpdate {
     pub index: u32,
     /// New text.
     pub text: String,
+    /// Ids of the tokens generated since the previous update (their text may be held back).
+    pub tokens: Vec<u32>,
     /// Log-probabilities of the new tokens (when asked for).
     pub logprobs: Vec<TokenLogprobs>,
     /// Set on the choice's last update.
@@ -74,16 +76,19 @@ pub struct Generation {
     hold_chars: usize,
     include_stop: bool,
     want_logprobs: bool,
+    report_tokens: bool,
     _in_flight: InFlight,
 }
 
 impl Generation {
-    /// Submits `n` choices for each prompt; on refusal, whatever was submitted is aborted.
+    /// Submits `n` choices for each prompt; on refusal, whatever was submitted is aborted. With
+    /// `report_tokens`, every generated token makes an update, even while its text is held back.
     pub async fn start(
         instance: &Arc<Instance>,
         request_id: &str,
         prompts: Vec<(Vec<u32>, u32)>,
         params: &GenerationParams,
+        report_tokens: bool,
     ) -> Result<Generation, ApiError> {
         let mut generation = Generation {
             instance: instance.clone(),
@@ -100,6 +105,7 @@ impl Generation {
             stop_strings: params.stop_strings.clone(),
             include_stop: params.include_stop_str,
             want_logprobs: params.sampling.logprobs.is_some(),
+            report_tokens,
             _in_flight: instance.track(),
         };
         for (p, (prompt, max_tokens)) in prompts.into_iter().enumerate() {
@@ -164,6 +170,7 @@ impl Generation {
                 return Some(ChoiceUpdate {
                     index: index as u32,
                     text: String::new(),
+                    tokens: Vec::new(),
                     logprobs: Vec::new(),
                     finish: Some((FinishReason::Error, None)),
                 });
@@ -186,12 +193,14 @@ impl Generation {
         let mut update = ChoiceUpdate {
             index: index as u32,
             text: String::new(),
+            tokens: Vec::new(),
             logprobs: Vec::new(),
             finish: None,
         };
         match event {
             SeqEvent::Token(_, sampled) => {
                 choice.tokens += 1;
+                update.tokens.push(sampled.token);
                 if self.want_logprobs {
                     update.logprobs.push(TokenLogprobs {
                         token: sampled.token,
@@ -222,8 +231,10 @@ impl Generation {
                 update.finish = Some((f.reason, f.stop_token.map(StopReason::Token)));
             }
         }
-        let news =
-            !update.text.is_empty() || update.finish.is_some() || !update.logprobs.is_empty();
+        let news = !update.text.is_empty()
+            || update.finish.is_some()
+            || !update.logprobs.is_empty()
+            || (self.report_tokens && !update.tokens.is_empty());
         news.then_some(update)
     }
 

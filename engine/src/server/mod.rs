@@ -135,11 +135,50 @@ fn unix_seconds() -> u64 {
     crate::instance::unix_now() as u64
 }
 
-/// An SSE response of JSON payloads, ended by `[DONE]`.
-fn sse_response(payloads: impl Stream<Item = String> + Send + 'static) -> Response {
+/// The request header that asks for the ids of the generated tokens in a stream: each event
+/// then carries them in an SSE comment line, `: token_ids 1,2,3`, which SSE clients ignore and
+/// switchyard's gateway reads (to continue a broken stream elsewhere) and strips.
+pub const TOKEN_IDS_HEADER: &str = "x-switchyard-token-ids";
+
+/// Whether a request asked for token ids in its stream.
+fn wants_token_ids(headers: &axum::http::HeaderMap) -> bool {
+    headers.contains_key(TOKEN_IDS_HEADER)
+}
+
+/// One streamed payload: its JSON, and the ids of the tokens it carries.
+struct Payload {
+    data: String,
+    token_ids: Vec<u32>,
+}
+
+impl Payload {
+    /// A payload that carries no new tokens.
+    fn plain(data: String) -> Self {
+        Payload {
+            data,
+            token_ids: Vec::new(),
+        }
+    }
+}
+
+/// An SSE response of JSON payloads, ended by `[DONE]`; with `token_ids`, each event that
+/// carries tokens names them in a comment line.
+fn sse_response(
+    payloads: impl Stream<Item = Payload> + Send + 'static,
+    token_ids: bool,
+) -> Response {
     let events = payloads
-        .chain(futures::stream::once(async { "[DONE]".to_string() }))
-        .map(|data| Ok::<_, std::convert::Infallible>(Event::default().data(data)));
+        .chain(futures::stream::once(async {
+            Payload::plain("[DONE]".to_string())
+        }))
+        .map(move |payload| {
+            let mut event = Event::default();
+            if token_ids && !payload.token_ids.is_empty() {
+                let ids: Vec<String> = payload.token_ids.iter().map(u32::to_string).collect();
+                event = event.comment(format!("token_ids {}", ids.join(",")));
+            }
+            Ok::<_, std::convert::Infallible>(event.data(payload.data))
+        });
     Sse::new(events).into_response()
 }
 

@@ -92,6 +92,11 @@ pub struct ChatCompletionRequest {
     /// Extra variables for the chat template (vLLM extension).
     #[serde(default)]
     pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The rendered and tokenized prompt, as switchyard's gateway computed it with the same
+    /// template and tokenizer (switchyard extension): the engine uses it instead of rendering
+    /// `messages` again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_token_ids: Option<Vec<i64>>,
     /// Sampling, stopping and the vLLM extensions.
     #[serde(flatten)]
     pub sampling: SamplingFields,
