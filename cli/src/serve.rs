@@ -6,12 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use switchyard_engine::config::EngineArgs;
 use switchyard_engine::instance::Instance;
-use switchyard_gateway::admission::{Admission, AdmissionArgs};
-use switchyard_gateway::forward::Forwarder;
-use switchyard_gateway::metrics::GatewayMetrics;
+use switchyard_gateway::launcher::GatewayFlags;
 use switchyard_gateway::preprocess::ServedModel;
 use switchyard_gateway::scheduler_client::SchedulerClient;
-use switchyard_gateway::server::{router, Gateway};
+use switchyard_gateway::server::router;
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::service::{run_discovery, Discovery, FollowSettings, SchedulerService};
 use switchyard_scheduler::{Scheduler, SchedulerConfig};
@@ -33,15 +31,12 @@ pub struct ServeArgs {
     /// Loopback port of the first engine; engine i listens on engine-port + i.
     #[arg(long, env = "SWITCHYARD_ENGINE_PORT", default_value_t = 8100)]
     pub engine_port: u16,
-    /// Retries of a request on other instances before its first byte.
-    #[arg(long, env = "SWITCHYARD_RETRIES", default_value_t = 2)]
-    pub retries: u32,
     /// Placement policy of the in-process scheduler.
     #[arg(long, env = "SWITCHYARD_POLICY", default_value = "cache-aware")]
     pub policy: Policy,
-    /// Keys, rates and concurrency at the gateway.
+    /// Routing, retries, deadlines, keys, rates and concurrency at the gateway.
     #[command(flatten)]
-    pub admission: AdmissionArgs,
+    pub gateway: GatewayFlags,
     /// The engines' model, backend and limits.
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -106,19 +101,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             ticking.tick();
         }
     });
-    let metrics = Arc::new(GatewayMetrics::new()?);
-    let gateway = Arc::new(Gateway {
-        models: vec![served],
-        forwarder: Forwarder::new(
-            SchedulerClient::InProcess(scheduler.clone()),
-            format!("serve-{}", std::process::id()),
-            args.retries,
-            metrics.clone(),
-        ),
-        metrics,
-        admission: Admission::new(args.admission.config()?),
-        extra_metrics: Some(scheduler),
-    });
+    let gateway = args.gateway.build(
+        vec![served],
+        SchedulerClient::InProcess(scheduler.clone()),
+        format!("serve-{}", std::process::id()),
+        Some(scheduler),
+    )?;
     let addr = format!("{}:{}", args.host, args.port);
     let listener = TcpListener::bind(&addr)
         .await

@@ -278,7 +278,10 @@ async fn streams_name_their_token_ids_when_asked_and_a_continuation_is_exact() {
     let head = head["prompt"].as_str().unwrap();
     let first_three = &head[prompt["prompt"].as_str().unwrap().len()..];
     assert_eq!(
-        format!("{first_three}{}", tail["choices"][0]["text"].as_str().unwrap()),
+        format!(
+            "{first_three}{}",
+            tail["choices"][0]["text"].as_str().unwrap()
+        ),
         generated
     );
 

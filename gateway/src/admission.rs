@@ -1,17 +1,16 @@
 //! Who may send what, how fast, and how many at once: API keys, token buckets per key and global
 //! (requests and tokens per minute), and a concurrency limit with a bounded wait queue. Over a
 //! rate limit: 429 with `Retry-After` and the reason; queue full: 429; queue wait timed out: 503.
-//! Nothing waits without bound. The waiting queue is first come, first served.
+//! Nothing waits without bound. The waiting queue goes by priority, then arrival ([`crate::slots`]).
 
+use crate::slots::{NoSlot, Slot, Slots};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 use switchyard_protocol::openai::ApiError;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// A token bucket: `capacity` tokens, refilled at `per_minute` a minute.
 #[derive(Debug, Clone, PartialEq)]
@@ -174,7 +173,7 @@ pub type Rejection = Box<(&'static str, ApiError)>;
 
 /// A request's place among those being served; frees it when dropped.
 pub struct Admitted {
-    _slot: Option<OwnedSemaphorePermit>,
+    _slot: Option<Slot>,
 }
 
 /// The admission state of a gateway.
@@ -182,8 +181,7 @@ pub struct Admission {
     config: AdmissionConfig,
     global: Mutex<Buckets>,
     per_key: Mutex<HashMap<String, Buckets>>,
-    slots: Option<Arc<Semaphore>>,
-    waiting: AtomicUsize,
+    slots: Option<Slots>,
 }
 
 impl Admission {
@@ -209,15 +207,14 @@ impl Admission {
                     .collect(),
             ),
             slots: (config.max_concurrent > 0)
-                .then(|| Arc::new(Semaphore::new(config.max_concurrent))),
-            waiting: AtomicUsize::new(0),
+                .then(|| Slots::new(config.max_concurrent, config.queue_size)),
             config,
         }
     }
 
     /// Requests waiting for a slot.
     pub fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::Relaxed)
+        self.slots.as_ref().map_or(0, Slots::waiting)
     }
 
     /// The key's name for an `Authorization` header, when keys are configured.
@@ -247,8 +244,13 @@ impl Admission {
     }
 
     /// Admits a request of `tokens` prompt tokens from `key` (if any), waiting for a slot within
-    /// the queue limits.
-    pub async fn admit(&self, key: Option<&str>, tokens: u32) -> Result<Admitted, Rejection> {
+    /// the queue limits; among waiters, lower `priority` values go first.
+    pub async fn admit(
+        &self,
+        key: Option<&str>,
+        tokens: u32,
+        priority: i64,
+    ) -> Result<Admitted, Rejection> {
         let now = Instant::now();
         let limited = |(limit, wait): (&'static str, f64)| {
             let retry_after = if wait.is_finite() {
@@ -277,22 +279,13 @@ impl Admission {
         let Some(slots) = &self.slots else {
             return Ok(Admitted { _slot: None });
         };
-        if let Ok(slot) = slots.clone().try_acquire_owned() {
-            return Ok(Admitted { _slot: Some(slot) });
-        }
-        if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.config.queue_size {
-            self.waiting.fetch_sub(1, Ordering::SeqCst);
-            return Err(Box::new((
+        match slots.acquire(priority, self.config.queue_timeout).await {
+            Ok(slot) => Ok(Admitted { _slot: Some(slot) }),
+            Err(NoSlot::QueueFull) => Err(Box::new((
                 "queue_full",
                 ApiError::rate_limited("Too many requests are waiting; retry later.", 1),
-            )));
-        }
-        let waited =
-            tokio::time::timeout(self.config.queue_timeout, slots.clone().acquire_owned()).await;
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
-        match waited {
-            Ok(Ok(slot)) => Ok(Admitted { _slot: Some(slot) }),
-            _ => Err(Box::new((
+            ))),
+            Err(NoSlot::TimedOut) => Err(Box::new((
                 "queue_timeout",
                 ApiError::unavailable("The request waited too long for a free slot."),
             ))),
@@ -355,11 +348,11 @@ mod tests {
             "invalid_api_key"
         );
 
-        let first = admission.admit(Some("a"), 10).await.unwrap();
+        let first = admission.admit(Some("a"), 10, 0).await.unwrap();
         // The only slot is taken: the next one waits, then times out.
-        let second = admission.admit(Some("a"), 10).await.err().unwrap();
+        let second = admission.admit(Some("a"), 10, 0).await.err().unwrap();
         assert_eq!((second.0, second.1.status), ("queue_timeout", 503));
-        let third = admission.admit(Some("a"), 10).await.err().unwrap();
+        let third = admission.admit(Some("a"), 10, 0).await.err().unwrap();
         assert_eq!(
             (third.0, third.1.status, third.1.retry_after.is_some()),
             ("requests_per_minute", 429, true)
@@ -370,19 +363,19 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_queue_answers_at_once() {
-        let admission = Arc::new(Admission::new(AdmissionConfig {
+        let admission = std::sync::Arc::new(Admission::new(AdmissionConfig {
             queue_timeout: Duration::from_secs(5),
             ..config()
         }));
-        let _held = admission.admit(None, 1).await.unwrap();
+        let _held = admission.admit(None, 1, 0).await.unwrap();
         let waiter = tokio::spawn({
             let admission = admission.clone();
-            async move { admission.admit(None, 1).await.map(|_| ()) }
+            async move { admission.admit(None, 1, 0).await.map(|_| ()) }
         });
         while admission.waiting() == 0 {
             tokio::task::yield_now().await;
         }
-        let full = admission.admit(None, 1).await.err().unwrap();
+        let full = admission.admit(None, 1, 0).await.err().unwrap();
         assert_eq!((full.0, full.1.status), ("queue_full", 429));
         waiter.abort();
     }

@@ -1,42 +1,51 @@
-//! Sending a prepared request to the instance the scheduler picks, and relaying its answer back
-//! as it arrives. Before the first byte, a connection error, a 5xx or a 429 sends the request to
-//! another instance (the failed ones excluded) after an exponential backoff with jitter. The
-//! dispatch is released when the relay ends, whether the answer was read to the end or the client
-//! went away.
+//! Opening an upstream answer. For the pool: the scheduler picks an instance and the request is
+//! sent there; before the first byte, a connection error, a 5xx, a 429 or no headers within
+//! `--first-byte-timeout` sends it to another instance (the failed ones excluded) after an
+//! exponential backoff with jitter, up to `--retries` times. A plan's fallback chain follows
+//! when its target could not answer. A dispatch is released when its answer is dropped.
 
 use crate::breaker::{BreakerState, Breakers};
 use crate::metrics::GatewayMetrics;
-use crate::observe::RelayObserver;
-use crate::preprocess::{Prepared, Route};
+use crate::preprocess::Prepared;
+use crate::routes::{Endpoint, Plan, Target};
 use crate::scheduler_client::SchedulerClient;
-use axum::body::{Body, Bytes};
-use axum::http::{HeaderValue, StatusCode};
-use axum::response::Response;
-use futures::StreamExt;
+use crate::upstream::{Resume, UpstreamRequest};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use switchyard_protocol::openai::ApiError;
-use switchyard_protocol::schedule::ScheduleRequest;
+use switchyard_protocol::schedule::{EngineKind, ScheduleRequest};
+use tokio::sync::Semaphore;
 
 /// First backoff before a retry.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 /// Longest backoff before a retry.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
-
-/// Forwards requests to engines through a scheduler.
-pub struct Forwarder {
-    client: reqwest::Client,
-    scheduler: SchedulerClient,
-    gateway_id: String,
-    retries: u32,
-    metrics: Arc<GatewayMetrics>,
-    breakers: Breakers,
-}
-
 /// Consecutive failures that open an instance's circuit breaker.
 const BREAKER_THRESHOLD: u32 = 5;
 /// How long an open breaker keeps requests away before a probe.
 const BREAKER_COOLDOWN: Duration = Duration::from_secs(10);
+/// Mirror copies in flight at once; more are dropped and counted.
+const MIRRORS_IN_FLIGHT: usize = 256;
+
+/// How a forwarder behaves.
+#[derive(Debug, Clone)]
+pub struct ForwardSettings {
+    /// Retries on other instances before the first byte.
+    pub retries: u32,
+    /// How long an instance may take to send its response headers.
+    pub first_byte_timeout: Duration,
+}
+
+/// Opens answers from the pool (through a scheduler) and from external endpoints.
+pub struct Forwarder {
+    client: reqwest::Client,
+    scheduler: SchedulerClient,
+    gateway_id: String,
+    settings: ForwardSettings,
+    metrics: Arc<GatewayMetrics>,
+    breakers: Breakers,
+    mirrors: Arc<Semaphore>,
+}
 
 /// The backoff before retry number `attempt` (from 1): doubling from 50 ms, with ±50% jitter,
 /// at least what the instance asked for in `Retry-After`, at most 2 s.
@@ -49,7 +58,7 @@ fn backoff(attempt: u32, retry_after: Option<Duration>) -> Duration {
 }
 
 /// Releases a request's dispatch when dropped.
-struct ReleaseOnDrop {
+pub struct ReleaseOnDrop {
     scheduler: SchedulerClient,
     request_id: String,
     gateway_id: String,
@@ -61,144 +70,41 @@ impl Drop for ReleaseOnDrop {
     }
 }
 
-impl Forwarder {
-    /// A forwarder over `scheduler`, identifying itself as `gateway_id`, retrying a request up to
-    /// `retries` times on other instances.
-    pub fn new(
-        scheduler: SchedulerClient,
-        gateway_id: String,
-        retries: u32,
-        metrics: Arc<GatewayMetrics>,
-    ) -> Self {
-        Forwarder {
-            client: reqwest::Client::new(),
-            scheduler,
-            gateway_id,
-            retries,
-            metrics,
-            breakers: Breakers::new(BREAKER_THRESHOLD, BREAKER_COOLDOWN),
-        }
-    }
+/// An upstream answer whose headers arrived.
+pub struct Opened {
+    /// The answer.
+    pub response: reqwest::Response,
+    /// The instance id, or the external endpoint's name.
+    pub instance: String,
+    /// The instance's engine kind (`None` for an external endpoint).
+    pub kind: Option<EngineKind>,
+    /// The pool model it serves (`None` for an external endpoint).
+    pub pool_model: Option<String>,
+    /// Held while the answer is read.
+    pub release: Option<ReleaseOnDrop>,
+}
 
-    /// Circuit breakers that are not closed, with their state.
-    pub fn breaker_states(&self) -> Vec<(String, BreakerState)> {
-        self.breakers.states(std::time::Instant::now())
+impl Opened {
+    /// Whether the answer is a stream under way.
+    pub fn is_success(&self) -> bool {
+        self.response.status().is_success()
     }
+}
 
-    /// Schedules the request, sends `body` to the chosen engine and relays the answer, retrying
-    /// elsewhere on failures before the first byte.
-    pub async fn forward(
-        &self,
-        route: Route,
-        request_id: &str,
-        body: Bytes,
-        prepared: Prepared,
-        arrived: std::time::Instant,
-    ) -> Result<Response, ApiError> {
-        let mut request = ScheduleRequest {
-            request_id: request_id.to_string(),
-            model: prepared.model,
-            prompt_tokens: prepared.prompt_tokens,
-            block_hashes: prepared.block_hashes,
-            max_tokens: prepared.max_tokens,
-            priority: prepared.priority,
-            gateway: Some(self.gateway_id.clone()),
-            ..Default::default()
-        };
-        let started = std::time::Instant::now();
-        let scheduled = |model: &str| {
-            self.metrics
-                .on_scheduled(model, started.elapsed().as_secs_f64() * 1000.0)
-        };
-        let mut attempt = 0;
-        request.exclude = self.breakers.excluded(std::time::Instant::now());
-        loop {
-            let decision = self.scheduler.schedule(&request).await?;
-            let release = ReleaseOnDrop {
-                scheduler: self.scheduler.clone(),
-                request_id: request_id.to_string(),
-                gateway_id: self.gateway_id.clone(),
-            };
-            let sent = self
-                .client
-                .post(format!("{}{}", decision.endpoint, route.path()))
-                .header("content-type", "application/json")
-                .header("x-request-id", request_id)
-                .body(body.clone())
-                .send()
-                .await;
-            let failure = match sent {
-                Ok(upstream) if !retryable(upstream.status()) || attempt >= self.retries => {
-                    if upstream.status().is_server_error() {
-                        self.breakers
-                            .on_failure(&decision.instance_id, std::time::Instant::now());
-                    } else {
-                        self.breakers.on_success(&decision.instance_id);
-                    }
-                    scheduled(&request.model);
-                    self.metrics.on_placed(
-                        request.prompt_tokens,
-                        decision.cached_tokens,
-                        decision.best_cached_tokens,
-                    );
-                    let streaming = upstream
-                        .headers()
-                        .get("content-type")
-                        .and_then(|v| v.to_str().ok())
-                        .is_some_and(|v| v.starts_with("text/event-stream"));
-                    let observer = RelayObserver::new(
-                        self.metrics.clone(),
-                        request.model.clone(),
-                        arrived,
-                        streaming,
-                    );
-                    return Ok(relay(upstream, release, observer, &decision.instance_id));
-                }
-                Ok(upstream) => {
-                    if upstream.status().is_server_error() {
-                        self.breakers
-                            .on_failure(&decision.instance_id, std::time::Instant::now());
-                    }
-                    let retry_after = upstream
-                        .headers()
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                        .map(Duration::from_secs);
-                    tracing::info!(
-                        "{request_id}: {} answered {}, retrying elsewhere",
-                        decision.instance_id,
-                        upstream.status()
-                    );
-                    self.metrics
-                        .on_retry(&request.model, upstream.status().as_str());
-                    retry_after
-                }
-                Err(e) if attempt >= self.retries => {
-                    self.breakers
-                        .on_failure(&decision.instance_id, std::time::Instant::now());
-                    scheduled(&request.model);
-                    return Err(ApiError::bad_gateway(format!(
-                        "The instance {} could not be reached: {e}",
-                        decision.instance_id
-                    )));
-                }
-                Err(e) => {
-                    self.breakers
-                        .on_failure(&decision.instance_id, std::time::Instant::now());
-                    tracing::info!(
-                        "{request_id}: {} unreachable ({e}), retrying elsewhere",
-                        decision.instance_id
-                    );
-                    self.metrics.on_retry(&request.model, "network_error");
-                    None
-                }
-            };
-            drop(release);
-            request.exclude.push(decision.instance_id);
-            attempt += 1;
-            tokio::time::sleep(backoff(attempt, failure)).await;
-        }
-    }
+/// What the pool needs to place a request.
+pub struct PoolAsk<'a> {
+    /// The request id.
+    pub request_id: &'a str,
+    /// The `model` label.
+    pub label: &'a str,
+    /// The request as prepared for the pool model.
+    pub prepared: &'a Prepared,
+    /// The request to shape for the chosen instance.
+    pub upstream: &'a UpstreamRequest,
+    /// Set when resuming a broken stream.
+    pub resume: Option<Resume<'a>>,
+    /// Instances not to use.
+    pub exclude: Vec<String>,
 }
 
 /// Whether an answer before the first byte sends the request elsewhere: overload or failure.
@@ -206,39 +112,318 @@ fn retryable(status: reqwest::StatusCode) -> bool {
     status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS
 }
 
-/// The engine's answer, relayed as it arrives and shown to `observer`; `release` is held until
-/// the relay ends.
-fn relay(
-    upstream: reqwest::Response,
-    release: ReleaseOnDrop,
-    mut observer: RelayObserver,
-    instance_id: &str,
-) -> Response {
-    let status =
-        StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let content_type = upstream.headers().get("content-type").cloned();
-    let retry_after = upstream.headers().get("retry-after").cloned();
-    let chunks = upstream.bytes_stream().map(move |chunk| {
-        let _held_until_the_relay_ends = &release;
-        if let Ok(bytes) = &chunk {
-            observer.observe(bytes);
+impl Forwarder {
+    /// A forwarder over `scheduler`, identifying itself as `gateway_id`.
+    pub fn new(
+        scheduler: SchedulerClient,
+        gateway_id: String,
+        settings: ForwardSettings,
+        metrics: Arc<GatewayMetrics>,
+    ) -> Self {
+        Forwarder {
+            client: reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(5))
+                .tcp_nodelay(true)
+                .build()
+                .unwrap_or_default(),
+            scheduler,
+            gateway_id,
+            settings,
+            metrics,
+            breakers: Breakers::new(BREAKER_THRESHOLD, BREAKER_COOLDOWN),
+            mirrors: Arc::new(Semaphore::new(MIRRORS_IN_FLIGHT)),
         }
-        chunk
-    });
-    let mut response = Response::new(Body::from_stream(chunks));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    if let Some(v) = content_type {
-        headers.insert("content-type", v);
     }
-    if let Some(v) = retry_after {
-        headers.insert("retry-after", v);
+
+    /// Circuit breakers that are not closed, with their state.
+    pub fn breaker_states(&self) -> Vec<(String, BreakerState)> {
+        self.breakers.states(Instant::now())
     }
-    headers.insert(
-        "x-switchyard-instance",
-        HeaderValue::from_str(instance_id).unwrap_or(HeaderValue::from_static("unknown")),
-    );
-    response
+
+    /// Notes that `instance` broke a stream under way.
+    pub fn on_broken(&self, instance: &str) {
+        self.breakers.on_failure(instance, Instant::now());
+    }
+
+    /// Tries the plan's targets in order; `prepare` readies the request for a pool model. The
+    /// first answer that is not a failure or overload is returned, or the last one.
+    pub async fn open(
+        &self,
+        plan: &Plan,
+        request_id: &str,
+        upstream: &UpstreamRequest,
+        prepare: impl Fn(&str) -> Result<Prepared, ApiError>,
+    ) -> Result<Opened, ApiError> {
+        let mut last: Option<Result<Opened, ApiError>> = None;
+        let mut after_429 = false;
+        for (i, target) in plan.attempts.iter().enumerate() {
+            let outcome = match target {
+                Target::Pool(model) => match prepare(model) {
+                    Ok(prepared) => {
+                        self.open_pool(PoolAsk {
+                            request_id,
+                            label: &plan.label,
+                            prepared: &prepared,
+                            upstream,
+                            resume: None,
+                            exclude: Vec::new(),
+                        })
+                        .await
+                    }
+                    Err(e) => return Err(e),
+                },
+                Target::External(endpoint) => {
+                    self.open_external(endpoint, request_id, upstream).await
+                }
+            };
+            if i > 0 {
+                let label = match &outcome {
+                    Ok(o) if o.is_success() => "success".to_string(),
+                    Ok(o) => o.response.status().as_u16().to_string(),
+                    Err(e) => e.status.to_string(),
+                };
+                self.metrics.on_fallback(&plan.label, &label);
+                if label == "success" && after_429 {
+                    self.metrics.on_fallback_after_429(&plan.label);
+                }
+            }
+            let failed = match &outcome {
+                Ok(o) => retryable(o.response.status()),
+                Err(e) => e.status >= 500 || e.status == 429,
+            };
+            after_429 = match &outcome {
+                Ok(o) => o.response.status() == reqwest::StatusCode::TOO_MANY_REQUESTS,
+                Err(e) => e.status == 429,
+            };
+            if !failed {
+                return outcome;
+            }
+            if i + 1 < plan.attempts.len() {
+                tracing::info!(
+                    "{request_id}: {} could not answer, falling back to {}",
+                    target.name(),
+                    plan.attempts[i + 1].name()
+                );
+            }
+            last = Some(outcome);
+        }
+        last.unwrap_or_else(|| Err(ApiError::unavailable("The route has no targets.")))
+    }
+
+    /// Places the request in the pool and opens its answer, retrying elsewhere on failures
+    /// before the first byte.
+    pub async fn open_pool(&self, ask: PoolAsk<'_>) -> Result<Opened, ApiError> {
+        let prepared = ask.prepared;
+        let mut request = ScheduleRequest {
+            request_id: ask.request_id.to_string(),
+            model: prepared.model.clone(),
+            prompt_tokens: prepared.prompt_tokens
+                + ask.resume.map_or(0, |r| r.generated.len() as u32),
+            block_hashes: prepared.block_hashes.clone(),
+            max_tokens: prepared.max_tokens,
+            priority: prepared.priority,
+            gateway: Some(self.gateway_id.clone()),
+            exclude: ask.exclude,
+            ..Default::default()
+        };
+        let started = Instant::now();
+        request
+            .exclude
+            .extend(self.breakers.excluded(Instant::now()));
+        let mut attempt = 0;
+        loop {
+            let decision = self.scheduler.schedule(&request).await;
+            let decision = match decision {
+                Ok(d) => d,
+                Err(e) => {
+                    self.metrics
+                        .on_scheduled(ask.label, started.elapsed().as_secs_f64() * 1000.0);
+                    return Err(e);
+                }
+            };
+            let release = ReleaseOnDrop {
+                scheduler: self.scheduler.clone(),
+                request_id: ask.request_id.to_string(),
+                gateway_id: self.gateway_id.clone(),
+            };
+            let mut send = self
+                .client
+                .post(format!(
+                    "{}{}",
+                    decision.endpoint,
+                    ask.upstream.route().path()
+                ))
+                .header("content-type", "application/json")
+                .header("x-request-id", ask.request_id)
+                .body(
+                    ask.upstream
+                        .for_pool(&prepared.model, decision.kind, ask.resume),
+                );
+            if decision.kind == EngineKind::Switchyard {
+                send = send.header(switchyard_protocol::TOKEN_IDS_HEADER, "1");
+            }
+            let sent = tokio::time::timeout(self.settings.first_byte_timeout, send.send()).await;
+            let last_try = attempt >= self.settings.retries;
+            let (cause, retry_after) = match sent {
+                Ok(Ok(response)) if !retryable(response.status()) || last_try => {
+                    if response.status().is_server_error() {
+                        self.breakers
+                            .on_failure(&decision.instance_id, Instant::now());
+                    } else {
+                        self.breakers.on_success(&decision.instance_id);
+                    }
+                    self.metrics
+                        .on_scheduled(ask.label, started.elapsed().as_secs_f64() * 1000.0);
+                    if ask.resume.is_none() {
+                        self.metrics.on_placed(
+                            request.prompt_tokens,
+                            decision.cached_tokens,
+                            decision.best_cached_tokens,
+                        );
+                    }
+                    return Ok(Opened {
+                        response,
+                        instance: decision.instance_id,
+                        kind: Some(decision.kind),
+                        pool_model: Some(prepared.model.clone()),
+                        release: Some(release),
+                    });
+                }
+                Ok(Ok(response)) => {
+                    if response.status().is_server_error() {
+                        self.breakers
+                            .on_failure(&decision.instance_id, Instant::now());
+                    }
+                    let retry_after = response
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                        .map(Duration::from_secs);
+                    (response.status().as_str().to_string(), retry_after)
+                }
+                Ok(Err(e)) if last_try => {
+                    self.breakers
+                        .on_failure(&decision.instance_id, Instant::now());
+                    self.metrics
+                        .on_scheduled(ask.label, started.elapsed().as_secs_f64() * 1000.0);
+                    return Err(ApiError::bad_gateway(format!(
+                        "The instance {} could not be reached: {e}",
+                        decision.instance_id
+                    )));
+                }
+                Err(_) if last_try => {
+                    self.breakers
+                        .on_failure(&decision.instance_id, Instant::now());
+                    self.metrics
+                        .on_scheduled(ask.label, started.elapsed().as_secs_f64() * 1000.0);
+                    let mut e = ApiError::bad_gateway(format!(
+                        "The instance {} sent no answer within {:?}.",
+                        decision.instance_id, self.settings.first_byte_timeout
+                    ));
+                    e.status = 504;
+                    return Err(e);
+                }
+                Ok(Err(_)) => {
+                    self.breakers
+                        .on_failure(&decision.instance_id, Instant::now());
+                    ("network_error".to_string(), None)
+                }
+                Err(_) => {
+                    self.breakers
+                        .on_failure(&decision.instance_id, Instant::now());
+                    ("timeout".to_string(), None)
+                }
+            };
+            tracing::info!(
+                "{}: {} failed before its first byte ({cause}), retrying elsewhere",
+                ask.request_id,
+                decision.instance_id
+            );
+            self.metrics.on_retry(ask.label, &cause);
+            drop(release);
+            request.exclude.push(decision.instance_id);
+            attempt += 1;
+            tokio::time::sleep(backoff(attempt, retry_after)).await;
+        }
+    }
+
+    /// Opens the answer of an external endpoint (no time cap but the request's deadline).
+    pub async fn open_external(
+        &self,
+        endpoint: &Endpoint,
+        request_id: &str,
+        upstream: &UpstreamRequest,
+    ) -> Result<Opened, ApiError> {
+        let response = self
+            .external_request(endpoint, request_id, upstream)
+            .send()
+            .await
+            .map_err(|e| {
+                ApiError::bad_gateway(format!(
+                    "The endpoint {} could not be reached: {e}",
+                    endpoint.name
+                ))
+            })?;
+        Ok(Opened {
+            response,
+            instance: endpoint.name.clone(),
+            kind: None,
+            pool_model: None,
+            release: None,
+        })
+    }
+
+    fn external_request(
+        &self,
+        endpoint: &Endpoint,
+        request_id: &str,
+        upstream: &UpstreamRequest,
+    ) -> reqwest::RequestBuilder {
+        let mut send = self
+            .client
+            .post(format!("{}{}", endpoint.base_url, upstream.route().path()))
+            .header("content-type", "application/json")
+            .header("x-request-id", request_id)
+            .body(upstream.for_endpoint(endpoint.model.as_deref()));
+        if let Some(key) = &endpoint.api_key {
+            send = send.bearer_auth(key);
+        }
+        send
+    }
+
+    /// Sends a copy of the request to `endpoint` and reads its answer away, without making the
+    /// request wait; past the limit of copies in flight the copy is dropped and counted.
+    pub fn mirror(
+        &self,
+        endpoint: &Endpoint,
+        label: &str,
+        request_id: &str,
+        upstream: &UpstreamRequest,
+        deadline: tokio::time::Instant,
+    ) {
+        let Ok(permit) = self.mirrors.clone().try_acquire_owned() else {
+            self.metrics.on_mirror(label, "dropped");
+            return;
+        };
+        let send = self.external_request(endpoint, &format!("{request_id}-mirror"), upstream);
+        let metrics = self.metrics.clone();
+        let label = label.to_string();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let done = tokio::time::timeout_at(deadline, async {
+                let response = send.send().await.ok()?;
+                let ok = response.status().is_success();
+                response.bytes().await.ok()?;
+                Some(ok)
+            })
+            .await;
+            let outcome = match done {
+                Ok(Some(true)) => "success",
+                _ => "failure",
+            };
+            metrics.on_mirror(&label, outcome);
+        });
+    }
 }
 
 #[cfg(test)]

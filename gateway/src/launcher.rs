@@ -2,14 +2,17 @@
 //! scheduler, with the served model's tokenizer and chat template loaded here.
 
 use crate::admission::{Admission, AdmissionArgs};
-use crate::forward::Forwarder;
+use crate::forward::{ForwardSettings, Forwarder};
 use crate::metrics::GatewayMetrics;
 use crate::preprocess::ServedModel;
+use crate::routes::{self, RouteTable, Routes};
 use crate::scheduler_client::{RemoteScheduler, SchedulerClient};
 use crate::server::{router, Gateway};
 use anyhow::Context;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
+use switchyard_scheduler::service::SchedulerService;
 use switchyard_text::chat_template::{ChatTemplate, CHATML_TEMPLATE};
 use switchyard_text::model_files::load_tokenizer_and_template;
 use switchyard_text::tokenizer::{builtin_tokenizer, BUILTIN_MODEL_NAME};
@@ -35,15 +38,94 @@ pub struct GatewayArgs {
     /// Tokens per block of the prefix hashes (the engines' block size).
     #[arg(long, env = "SWITCHYARD_BLOCK_SIZE", default_value_t = 16)]
     pub block_size: usize,
-    /// Retries of a request on other instances before its first byte.
-    #[arg(long, env = "SWITCHYARD_RETRIES", default_value_t = 2)]
-    pub retries: u32,
-    /// Keys, rates and concurrency.
+    /// Routing, retries, deadlines, keys, rates and concurrency.
     #[command(flatten)]
-    pub admission: AdmissionArgs,
+    pub gateway: GatewayFlags,
     /// Largest request body, in bytes.
     #[arg(long, env = "SWITCHYARD_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
     pub max_body_bytes: usize,
+}
+
+/// The gateway's own flags, shared by `switchyard gateway` and `switchyard serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GatewayFlags {
+    /// Retries of a request on other instances before its first byte.
+    #[arg(long, env = "SWITCHYARD_RETRIES", default_value_t = 2)]
+    pub retries: u32,
+    /// Seconds a request may take from arrival to its last byte (retries, queueing, fallback
+    /// and resumptions included).
+    #[arg(long, env = "SWITCHYARD_REQUEST_TIMEOUT", default_value_t = 600.0)]
+    pub request_timeout: f64,
+    /// Seconds a pool instance may take to send its response headers before the request is
+    /// retried elsewhere (external endpoints have no cap but the request timeout).
+    #[arg(long, env = "SWITCHYARD_FIRST_BYTE_TIMEOUT", default_value_t = 30.0)]
+    pub first_byte_timeout: f64,
+    /// Most times one broken stream is resumed on another instance.
+    #[arg(long, env = "SWITCHYARD_STREAM_RESUMES", default_value_t = 2)]
+    pub stream_resumes: u32,
+    /// A JSON route config: models to the pool or external endpoints, weighted splits,
+    /// fallback chains and mirrors. Re-read every second; a bad edit keeps the previous one.
+    #[arg(long, env = "SWITCHYARD_ROUTE_CONFIG")]
+    pub route_config: Option<PathBuf>,
+    /// Keys, rates and concurrency.
+    #[command(flatten)]
+    pub admission: AdmissionArgs,
+}
+
+fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
+    if !(value > 0.0 && value.is_finite()) {
+        anyhow::bail!("--{flag} must be a positive number of seconds");
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+impl GatewayFlags {
+    /// A gateway over `models` of the pool, asking `scheduler` as `gateway_id`, with
+    /// `extra_metrics` on its `/metrics`; watches the route config, if any.
+    pub fn build(
+        &self,
+        models: Vec<ServedModel>,
+        scheduler: SchedulerClient,
+        gateway_id: String,
+        extra_metrics: Option<Arc<SchedulerService>>,
+    ) -> anyhow::Result<Arc<Gateway>> {
+        let pool: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
+        let table = match &self.route_config {
+            Some(path) => routes::load(path, pool.clone())?,
+            None => RouteTable::pool_only(pool.clone()),
+        };
+        let metrics = Arc::new(GatewayMetrics::new()?);
+        let routes = Arc::new(Routes::new(table));
+        if let Some(path) = &self.route_config {
+            let reloads = metrics.clone();
+            tokio::spawn(routes::watch(
+                routes.clone(),
+                path.clone(),
+                pool,
+                Duration::from_secs(1),
+                move |ok| reloads.on_route_reload(ok),
+            ));
+        }
+        let settings = ForwardSettings {
+            retries: self.retries,
+            first_byte_timeout: seconds("first-byte-timeout", self.first_byte_timeout)?,
+        };
+        Ok(Arc::new(Gateway {
+            models,
+            routes,
+            forwarder: Arc::new(Forwarder::new(
+                scheduler,
+                gateway_id,
+                settings,
+                metrics.clone(),
+            )),
+            metrics,
+            admission: Admission::new(self.admission.config()?),
+            request_timeout: seconds("request-timeout", self.request_timeout)?,
+            max_resumes: self.stream_resumes,
+            extra_metrics,
+        }))
+    }
 }
 
 impl GatewayArgs {
@@ -86,14 +168,9 @@ pub async fn run(
     let gateway_id = format!("gateway-{}-{}", std::process::id(), rand::random::<u32>());
     let scheduler =
         SchedulerClient::Remote(RemoteScheduler::start(&args.scheduler, gateway_id.clone()));
-    let metrics = Arc::new(GatewayMetrics::new()?);
-    let gateway = Arc::new(Gateway {
-        models: vec![served],
-        forwarder: Forwarder::new(scheduler, gateway_id, args.retries, metrics.clone()),
-        metrics,
-        admission: Admission::new(args.admission.config()?),
-        extra_metrics: None,
-    });
+    let gateway = args
+        .gateway
+        .build(vec![served], scheduler, gateway_id, None)?;
     let addr = format!("{}:{}", args.host, args.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await

@@ -7,11 +7,17 @@
 //! counts it all; [`server`] wires the routes.
 
 pub mod admission;
+pub mod assemble;
 pub mod breaker;
 pub mod forward;
 pub mod launcher;
 pub mod metrics;
 pub mod observe;
 pub mod preprocess;
+pub mod relay;
+pub mod routes;
 pub mod scheduler_client;
 pub mod server;
+pub mod slots;
+pub mod sse;
+pub mod upstream;

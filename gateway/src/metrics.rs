@@ -1,5 +1,6 @@
 //! The gateway's Prometheus families, in Llumnix's names (no prefix). The `model` label only takes
-//! served model names, or `""` for requests naming no served model, so clients cannot grow it.
+//! configured model names (the pool's and the route config's), or `""` for requests naming none,
+//! so clients cannot grow it.
 
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts,
@@ -11,6 +12,9 @@ const SEC: &[f64] = &[
     0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 90.0, 120.0, 180.0, 240.0, 300.0,
 ];
 const STAGE_MS: &[f64] = &[0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0];
+const QUEUE_MS: &[f64] = &[
+    1.0, 5.0, 10.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0,
+];
 const TTFT_MS: &[f64] = &[
     10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0, 30000.0,
     60000.0,
@@ -50,6 +54,13 @@ pub struct GatewayMetrics {
     max_prefix_hit: Histogram,
     preprocess: HistogramVec,
     schedule: HistogramVec,
+    queue: HistogramVec,
+    postprocess: HistogramVec,
+    fallbacks: IntCounterVec,
+    fallback_after_429: IntCounterVec,
+    continuations: IntCounterVec,
+    mirrors: IntCounterVec,
+    route_reloads: IntCounterVec,
     /// Requests being served.
     pub current: IntGauge,
     pending: IntGauge,
@@ -169,6 +180,41 @@ impl GatewayMetrics {
                 "Scheduling, retries included, in ms.",
                 STAGE_MS,
             )?,
+            queue: histogram(
+                "request_queue_duration_milliseconds",
+                "Wait in the admission queue, in ms.",
+                QUEUE_MS,
+            )?,
+            postprocess: histogram(
+                "request_postprocess_duration_milliseconds",
+                "Relay work of a request (reading, rewriting and framing its chunks), in ms.",
+                STAGE_MS,
+            )?,
+            fallbacks: counter(
+                "request_fallback_total",
+                "Attempts on a route's fallback chain, by outcome (success, HTTP status).",
+                &["model", "status_code"],
+            )?,
+            fallback_after_429: counter(
+                "request_fallback_retry_success_total",
+                "Fallbacks that succeeded after the previous target answered 429.",
+                &["model"],
+            )?,
+            continuations: counter(
+                "request_stream_continuation_total",
+                "Broken streams resumed on another instance, or not (outcome resumed or failed).",
+                &["model", "outcome"],
+            )?,
+            mirrors: counter(
+                "gateway_mirror_requests_total",
+                "Mirrored copies of requests, by outcome (success, failure, dropped).",
+                &["model", "outcome"],
+            )?,
+            route_reloads: counter(
+                "gateway_route_config_reloads_total",
+                "Reloads of the route config, by result (success, error).",
+                &["result"],
+            )?,
             current: gauge("gateway_current_requests", "Requests in flight.")?,
             pending,
             rejected,
@@ -210,6 +256,44 @@ impl GatewayMetrics {
     /// A retry after `cause` (an HTTP status, or `network_error`).
     pub fn on_retry(&self, model: &str, cause: &str) {
         self.retries.with_label_values(&[model, cause]).inc();
+    }
+
+    /// A request waited `ms` for admission.
+    pub fn on_queued(&self, model: &str, ms: f64) {
+        self.queue.with_label_values(&[model]).observe(ms);
+    }
+
+    /// A request's relay work took `ms` in all.
+    pub fn on_postprocessed(&self, model: &str, ms: f64) {
+        self.postprocess.with_label_values(&[model]).observe(ms);
+    }
+
+    /// An attempt on the fallback chain ended with `outcome`.
+    pub fn on_fallback(&self, model: &str, outcome: &str) {
+        self.fallbacks.with_label_values(&[model, outcome]).inc();
+    }
+
+    /// A fallback succeeded after a 429.
+    pub fn on_fallback_after_429(&self, model: &str) {
+        self.fallback_after_429.with_label_values(&[model]).inc();
+    }
+
+    /// A broken stream was resumed (`resumed`) or ended with an error (`failed`).
+    pub fn on_continuation(&self, model: &str, outcome: &str) {
+        self.continuations
+            .with_label_values(&[model, outcome])
+            .inc();
+    }
+
+    /// A mirrored copy ended with `outcome`.
+    pub fn on_mirror(&self, model: &str, outcome: &str) {
+        self.mirrors.with_label_values(&[model, outcome]).inc();
+    }
+
+    /// The route config was reloaded (`ok`) or refused.
+    pub fn on_route_reload(&self, ok: bool) {
+        let result = if ok { "success" } else { "error" };
+        self.route_reloads.with_label_values(&[result]).inc();
     }
 
     /// A gap of `ms` between two streamed tokens.

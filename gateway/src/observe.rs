@@ -6,43 +6,77 @@ use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Instant;
 
-#[derive(Deserialize)]
-struct Chunk {
+/// What the gateway reads of one streamed chunk (completions or chat).
+#[derive(Debug, Default, Deserialize)]
+pub struct ChunkView {
+    /// The choices' news.
     #[serde(default)]
-    choices: Vec<ChunkChoice>,
+    pub choices: Vec<ChoiceView>,
+    /// Usage, on the last chunk (or every chunk with continuous usage stats).
     #[serde(default)]
-    usage: Option<ChunkUsage>,
+    pub usage: Option<UsageView>,
 }
 
-#[derive(Deserialize)]
-struct ChunkChoice {
+/// One choice's news in a chunk.
+#[derive(Debug, Default, Deserialize)]
+pub struct ChoiceView {
+    /// The choice's index.
     #[serde(default)]
-    text: Option<String>,
+    pub index: u32,
+    /// New text (completions).
     #[serde(default)]
-    delta: Option<ChunkDelta>,
+    pub text: Option<String>,
+    /// New message content (chat).
+    #[serde(default)]
+    pub delta: Option<DeltaView>,
+    /// Set when the choice ended.
+    #[serde(default)]
+    pub finish_reason: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct ChunkDelta {
+/// A chat delta's content.
+#[derive(Debug, Default, Deserialize)]
+pub struct DeltaView {
+    /// New content.
     #[serde(default)]
-    content: Option<String>,
+    pub content: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct ChunkUsage {
-    completion_tokens: u64,
+/// Token counts of a chunk's usage.
+#[derive(Debug, Default, Deserialize)]
+pub struct UsageView {
+    /// Prompt tokens.
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    /// Generated tokens.
+    #[serde(default)]
+    pub completion_tokens: u64,
 }
 
-impl Chunk {
+impl ChunkView {
+    /// Reads a chunk's JSON; `None` if it is not a chunk.
+    pub fn parse(data: &[u8]) -> Option<ChunkView> {
+        serde_json::from_slice(data).ok()
+    }
+
     /// Whether the chunk carries generated text.
-    fn has_text(&self) -> bool {
-        self.choices.iter().any(|c| {
-            c.text.as_deref().is_some_and(|t| !t.is_empty())
-                || c.delta
-                    .as_ref()
-                    .and_then(|d| d.content.as_deref())
-                    .is_some_and(|t| !t.is_empty())
-        })
+    pub fn has_text(&self) -> bool {
+        self.choices.iter().any(|c| !c.new_text().is_empty())
+    }
+
+    /// Whether this is the usage-only last chunk of `include_usage`.
+    pub fn is_usage_only(&self) -> bool {
+        self.choices.is_empty() && self.usage.is_some()
+    }
+}
+
+impl ChoiceView {
+    /// The new text of the choice, in either layout.
+    pub fn new_text(&self) -> &str {
+        self.text
+            .as_deref()
+            .or_else(|| self.delta.as_ref().and_then(|d| d.content.as_deref()))
+            .unwrap_or_default()
     }
 }
 
@@ -51,8 +85,6 @@ pub struct RelayObserver {
     metrics: Arc<GatewayMetrics>,
     model: String,
     started: Instant,
-    streaming: bool,
-    pending: Vec<u8>,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
     text_events: u64,
@@ -60,20 +92,12 @@ pub struct RelayObserver {
 }
 
 impl RelayObserver {
-    /// Observes an answer for `model` to a request that arrived at `started`; `streaming` says
-    /// whether the answer is server-sent events (else one JSON body).
-    pub fn new(
-        metrics: Arc<GatewayMetrics>,
-        model: String,
-        started: Instant,
-        streaming: bool,
-    ) -> Self {
+    /// Observes the answer for `model` to a request that arrived at `started`.
+    pub fn new(metrics: Arc<GatewayMetrics>, model: String, started: Instant) -> Self {
         RelayObserver {
             metrics,
             model,
             started,
-            streaming,
-            pending: Vec::new(),
             first_token: None,
             last_token: None,
             text_events: 0,
@@ -81,31 +105,12 @@ impl RelayObserver {
         }
     }
 
-    /// Looks at the next piece of the answer.
-    pub fn observe(&mut self, bytes: &[u8]) {
-        self.pending.extend_from_slice(bytes);
-        if !self.streaming {
-            return;
-        }
-        while let Some(end) = self.pending.windows(2).position(|w| w == b"\n\n") {
-            let event: Vec<u8> = self.pending.drain(..end + 2).collect();
-            for line in event.split(|&b| b == b'\n') {
-                if let Some(data) = line.strip_prefix(b"data: ") {
-                    self.on_event(data);
-                }
-            }
-        }
-    }
-
-    fn on_event(&mut self, data: &[u8]) {
-        let Ok(chunk) = serde_json::from_slice::<Chunk>(data) else {
-            return;
-        };
+    /// Looks at the next chunk of the answer, arrived at `now`.
+    pub fn observe(&mut self, chunk: &ChunkView, now: Instant) {
         if let Some(usage) = &chunk.usage {
             self.reported_tokens = Some(usage.completion_tokens);
         }
         if chunk.has_text() {
-            let now = Instant::now();
             match self.last_token {
                 None => self.first_token = Some(now),
                 Some(last) => self
@@ -121,17 +126,7 @@ impl RelayObserver {
 impl Drop for RelayObserver {
     fn drop(&mut self) {
         let end = Instant::now();
-        let tokens = if self.streaming {
-            self.reported_tokens.unwrap_or(self.text_events)
-        } else {
-            match serde_json::from_slice::<Chunk>(&self.pending) {
-                Ok(body) => {
-                    self.first_token = Some(end);
-                    body.usage.map_or(0, |u| u.completion_tokens)
-                }
-                Err(_) => 0,
-            }
-        };
+        let tokens = self.reported_tokens.unwrap_or(self.text_events);
         let Some(first) = self.first_token else {
             return;
         };
@@ -156,20 +151,18 @@ mod tests {
     }
 
     #[test]
-    fn counts_tokens_of_a_stream_split_anywhere() {
+    fn counts_tokens_gaps_and_usage() {
         let metrics = Arc::new(GatewayMetrics::new().unwrap());
-        let stream = concat!(
-            "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
-            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" a\"}}]}\n\n",
-            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" b\"}}]}\n\n",
-            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" c\"}}]}\n\n",
-            "data: [DONE]\n\n"
-        );
+        let chunks = [
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":" a"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":" b"}}]}"#,
+            r#"{"choices":[{"index":0,"text":" c","finish_reason":"length"}]}"#,
+        ];
         {
-            let mut observer =
-                RelayObserver::new(metrics.clone(), "m".into(), Instant::now(), true);
-            for piece in stream.as_bytes().chunks(7) {
-                observer.observe(piece);
+            let mut observer = RelayObserver::new(metrics.clone(), "m".into(), Instant::now());
+            for c in chunks {
+                observer.observe(&ChunkView::parse(c.as_bytes()).unwrap(), Instant::now());
             }
         }
         assert_eq!(
@@ -177,37 +170,30 @@ mod tests {
             3.0
         );
         assert_eq!(
-            value(&metrics, "request_ttft_milliseconds_count{model=\"m\"}"),
-            1.0
-        );
-        assert_eq!(
             value(&metrics, "request_itl_milliseconds_count{model=\"m\"}"),
             2.0
         );
-        assert_eq!(
-            value(&metrics, "request_tpot_milliseconds_count{model=\"m\"}"),
-            1.0
-        );
-    }
-
-    #[test]
-    fn reads_usage_of_a_whole_body() {
-        let metrics = Arc::new(GatewayMetrics::new().unwrap());
         {
-            let mut observer =
-                RelayObserver::new(metrics.clone(), "m".into(), Instant::now(), false);
+            let mut observer = RelayObserver::new(metrics.clone(), "m".into(), Instant::now());
             observer.observe(
-                br#"{"choices":[{"index":0,"text":"hi there"}],"usage":{"prompt_tokens":3,"#,
+                &ChunkView::parse(chunks[1].as_bytes()).unwrap(),
+                Instant::now(),
             );
-            observer.observe(br#""completion_tokens":5,"total_tokens":8}}"#);
+            let usage = ChunkView::parse(
+                br#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}"#,
+            )
+            .unwrap();
+            assert!(usage.is_usage_only());
+            observer.observe(&usage, Instant::now());
         }
         assert_eq!(
             value(&metrics, "request_output_tokens_total{model=\"m\"}"),
-            5.0
+            8.0,
+            "the reported usage wins over counted events"
         );
         assert_eq!(
-            value(&metrics, "request_output_tokens_count{model=\"m\"}"),
-            1.0
+            value(&metrics, "request_ttft_milliseconds_count{model=\"m\"}"),
+            2.0
         );
     }
 }

@@ -54,6 +54,8 @@ pub struct Prepared {
     pub max_tokens: u32,
     /// Requested priority.
     pub priority: i64,
+    /// The tokenized prompts (completions: each prompt; chat: the rendered conversation).
+    pub prompt_ids: Vec<Vec<u32>>,
 }
 
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
@@ -66,17 +68,6 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         .map_err(|e| ApiError::invalid_request(format!("Invalid JSON body: {e}")))
 }
 
-fn find<'a>(models: &'a [ServedModel], name: Option<&str>) -> Result<&'a ServedModel, ApiError> {
-    match name {
-        Some(name) => models
-            .iter()
-            .find(|m| m.name == name)
-            .ok_or_else(|| ApiError::model_not_found(name)),
-        None if models.len() == 1 => Ok(&models[0]),
-        None => Err(ApiError::invalid_param("model", "`model` is required.")),
-    }
-}
-
 fn encode(model: &ServedModel, text: &str, special: bool) -> Result<Vec<u32>, ApiError> {
     model
         .tokenizer
@@ -84,14 +75,31 @@ fn encode(model: &ServedModel, text: &str, special: bool) -> Result<Vec<u32>, Ap
         .map_err(|e| ApiError::invalid_param("prompt", e.to_string()))
 }
 
-/// Prepares a request body for `route` against the served models.
-pub fn prepare(route: Route, body: &[u8], models: &[ServedModel]) -> Result<Prepared, ApiError> {
+/// The body as a JSON object, and the model it names.
+pub fn read_body(
+    body: &[u8],
+) -> Result<(serde_json::Map<String, serde_json::Value>, Option<String>), ApiError> {
+    let map: serde_json::Map<String, serde_json::Value> = parse(body)?;
+    let model = match map.get("model") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(m)) => Some(m.clone()),
+        Some(_) => {
+            return Err(ApiError::invalid_param(
+                "model",
+                "`model` must be a string.",
+            ))
+        }
+    };
+    Ok((map, model))
+}
+
+/// Prepares a request body for `route` to be served by `model` of the pool.
+pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepared, ApiError> {
     match route {
         Route::Completions => {
             let req: CompletionRequest = parse(body)?;
-            let model = find(models, req.model.as_deref())?;
             let mut prompt_tokens = 0u32;
-            let mut first: Option<Vec<u32>> = None;
+            let mut prompt_ids = Vec::new();
             for input in req.prompt.into_inputs() {
                 let ids = match input {
                     PromptInput::Text(text) => encode(model, &text, true)?,
@@ -101,19 +109,22 @@ pub fn prepare(route: Route, body: &[u8], models: &[ServedModel]) -> Result<Prep
                         .collect(),
                 };
                 prompt_tokens += ids.len() as u32;
-                first.get_or_insert(ids);
+                prompt_ids.push(ids);
             }
             Ok(Prepared {
                 model: model.name.clone(),
                 prompt_tokens,
-                block_hashes: block_hashes(&first.unwrap_or_default(), model.block_size),
+                block_hashes: prompt_ids
+                    .first()
+                    .map(|ids| block_hashes(ids, model.block_size))
+                    .unwrap_or_default(),
                 max_tokens: req.max_tokens.unwrap_or(16).clamp(0, u32::MAX as i64) as u32,
                 priority: req.sampling.priority.unwrap_or(0),
+                prompt_ids,
             })
         }
         Route::Chat => {
             let req: ChatCompletionRequest = parse(body)?;
-            let model = find(models, req.model.as_deref())?;
             let messages: Vec<TemplateMessage> = req
                 .messages
                 .iter()
@@ -155,6 +166,7 @@ pub fn prepare(route: Route, body: &[u8], models: &[ServedModel]) -> Result<Prep
                     .unwrap_or(0)
                     .clamp(0, u32::MAX as i64) as u32,
                 priority: req.sampling.priority.unwrap_or(0),
+                prompt_ids: vec![ids],
             })
         }
     }

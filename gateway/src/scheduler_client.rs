@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{
-    GatewayHeartbeat, ReleaseRequest, ScheduleDecision, ScheduleRequest,
+    EngineKind, GatewayHeartbeat, ReleaseRequest, ScheduleDecision, ScheduleRequest,
 };
 use switchyard_scheduler::service::ScheduleApi;
 
@@ -34,6 +34,7 @@ struct KnownInstance {
     id: String,
     endpoint: String,
     model: String,
+    kind: EngineKind,
 }
 
 /// A scheduler reached over HTTP.
@@ -125,6 +126,7 @@ impl RemoteScheduler {
                     id: v["meta"]["id"].as_str()?.to_string(),
                     endpoint: v["meta"]["endpoint"].as_str()?.to_string(),
                     model: v["meta"]["model"].as_str()?.to_string(),
+                    kind: serde_json::from_value(v["meta"]["kind"].clone()).unwrap_or_default(),
                 })
             })
             .collect();
@@ -200,6 +202,7 @@ impl RemoteScheduler {
             best_cached_tokens: 0,
             predicted_ttft_ms: None,
             predicted_tpot_ms: None,
+            kind: chosen.kind,
         })
     }
 

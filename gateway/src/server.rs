@@ -3,7 +3,11 @@
 use crate::admission::{Admission, Admitted};
 use crate::forward::Forwarder;
 use crate::metrics::GatewayMetrics;
-use crate::preprocess::{prepare, Route, ServedModel};
+use crate::observe::RelayObserver;
+use crate::preprocess::{prepare, read_body, Route, ServedModel};
+use crate::relay::{collect, deadline_error, stream_body, ResumeWith, Session};
+use crate::routes::{Routes, Target};
+use crate::upstream::UpstreamRequest;
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -12,7 +16,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::StreamExt;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use switchyard_protocol::openai::{ApiError, ModelCard, ModelList};
 use switchyard_scheduler::service::SchedulerService;
 
@@ -21,14 +25,20 @@ const MAX_REQUEST_ID_LEN: usize = 256;
 
 /// What the routes share.
 pub struct Gateway {
-    /// Served models.
+    /// The pool's models.
     pub models: Vec<ServedModel>,
-    /// The way to the engines.
-    pub forwarder: Forwarder,
+    /// Where each model's requests go.
+    pub routes: Arc<Routes>,
+    /// The way to the engines and endpoints.
+    pub forwarder: Arc<Forwarder>,
     /// The gateway's metrics.
     pub metrics: Arc<GatewayMetrics>,
     /// Keys, rates and concurrency.
     pub admission: Admission,
+    /// The longest a request may take, from arrival to its last byte.
+    pub request_timeout: Duration,
+    /// Most resumptions of one broken stream.
+    pub max_resumes: u32,
     /// More metrics text served on `/metrics` (the in-process scheduler's, in `serve`).
     pub extra_metrics: Option<Arc<SchedulerService>>,
 }
@@ -126,6 +136,12 @@ async fn handle(gateway: &Gateway, route: Route, headers: &HeaderMap, body: Byte
     Response::from_parts(parts, Body::from_stream(chunks))
 }
 
+fn rejected(metrics: &GatewayMetrics, rejection: crate::admission::Rejection) -> ApiError {
+    let (reason, e) = rejection.as_ref().clone();
+    metrics.on_rejected(reason);
+    e
+}
+
 /// Authenticates, prepares, admits and forwards a request; notes its model and admission slot.
 async fn admit_and_forward(
     gateway: &Gateway,
@@ -137,36 +153,128 @@ async fn admit_and_forward(
     admitted: &mut Option<Admitted>,
 ) -> Result<(Response, String), ApiError> {
     let id = request_id(headers)?;
+    let deadline = tokio::time::Instant::from_std(started + gateway.request_timeout);
     let authorization = headers.get("authorization").and_then(|v| v.to_str().ok());
     let key = gateway
         .admission
         .authenticate(authorization)
-        .map_err(|rejection| {
-            let (reason, e) = *rejection;
-            gateway.metrics.on_rejected(reason);
-            e
-        })?;
-    let prepared = prepare(route, &body, &gateway.models)?;
-    model.clone_from(&prepared.model);
+        .map_err(|r| rejected(&gateway.metrics, r))?;
+    let (map, named) = read_body(&body)?;
+    let plan = gateway
+        .routes
+        .table()
+        .plan(named.as_deref(), rand::random::<f64>)?;
+    model.clone_from(&plan.label);
+    let served = |name: &str| gateway.models.iter().find(|m| m.name == name);
+    let first_pool = plan.attempts.iter().find_map(|t| match t {
+        Target::Pool(m) => served(m),
+        Target::External(_) => None,
+    });
+    let prepared = first_pool.map(|m| prepare(route, &body, m)).transpose()?;
+    // Without a tokenizer (external endpoints only), about four bytes make a token.
+    let prompt_tokens = prepared
+        .as_ref()
+        .map_or(body.len() as u32 / 4, |p| p.prompt_tokens);
     let preprocess_ms = started.elapsed().as_secs_f64() * 1000.0;
     gateway
         .metrics
-        .on_prepared(model, prepared.prompt_tokens, preprocess_ms);
-    let slot = gateway
-        .admission
-        .admit(key.as_deref(), prepared.prompt_tokens)
-        .await
-        .map_err(|rejection| {
-            let (reason, e) = *rejection;
-            gateway.metrics.on_rejected(reason);
-            e
-        })?;
+        .on_prepared(model, prompt_tokens, preprocess_ms);
+    let queued = Instant::now();
+    let slot = tokio::time::timeout_at(
+        deadline,
+        gateway.admission.admit(
+            key.as_deref(),
+            prompt_tokens,
+            prepared.as_ref().map_or(0, |p| p.priority),
+        ),
+    )
+    .await
+    .map_err(|_| deadline_error())?
+    .map_err(|r| rejected(&gateway.metrics, r))?;
+    gateway
+        .metrics
+        .on_queued(model, queued.elapsed().as_secs_f64() * 1000.0);
     *admitted = Some(slot);
-    let response = gateway
-        .forwarder
-        .forward(route, &id, body, prepared, started)
-        .await?;
+    let upstream = Arc::new(UpstreamRequest::new(
+        route,
+        map,
+        prepared.as_ref().map(|p| p.prompt_ids.clone()),
+    ));
+    if let Some(mirror) = &plan.mirror {
+        gateway
+            .forwarder
+            .mirror(mirror, &plan.label, &id, &upstream, deadline);
+    }
+    let prepare_for = |name: &str| match (&prepared, served(name)) {
+        (Some(p), _) if p.model == name => Ok(p.clone()),
+        (_, Some(m)) => prepare(route, &body, m),
+        (_, None) => Err(ApiError::model_not_found(name)),
+    };
+    let opened = tokio::time::timeout_at(
+        deadline,
+        gateway.forwarder.open(&plan, &id, &upstream, prepare_for),
+    )
+    .await
+    .map_err(|_| deadline_error())??;
+    let instance =
+        HeaderValue::from_str(&opened.instance).unwrap_or(HeaderValue::from_static("unknown"));
+    if !opened.is_success() {
+        return Ok((passed_through(opened.response, instance), id));
+    }
+    let resume = opened.pool_model.as_deref().and_then(|name| {
+        let prepared = prepare_for(name).ok()?;
+        Some(ResumeWith {
+            tokenizer: served(name)?.tokenizer.clone(),
+            prepared,
+            max_resumes: gateway.max_resumes,
+        })
+    });
+    let observer = RelayObserver::new(gateway.metrics.clone(), model.clone(), started);
+    let session = Session::new(
+        gateway.forwarder.clone(),
+        gateway.metrics.clone(),
+        id.clone(),
+        model.clone(),
+        upstream.clone(),
+        deadline,
+        opened,
+        resume,
+    );
+    let mut response = if upstream.streams() {
+        let mut r = Response::new(stream_body(session, observer));
+        r.headers_mut().insert(
+            "content-type",
+            HeaderValue::from_static("text/event-stream"),
+        );
+        r.headers_mut()
+            .insert("cache-control", HeaderValue::from_static("no-cache"));
+        r
+    } else {
+        Json(collect(session, observer).await?).into_response()
+    };
+    response
+        .headers_mut()
+        .insert("x-switchyard-instance", instance);
     Ok((response, id))
+}
+
+/// An upstream refusal, relayed as it came.
+fn passed_through(upstream: reqwest::Response, instance: HeaderValue) -> Response {
+    let status =
+        StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let content_type = upstream.headers().get("content-type").cloned();
+    let retry_after = upstream.headers().get("retry-after").cloned();
+    let mut response = Response::new(Body::from_stream(upstream.bytes_stream()));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    if let Some(v) = content_type {
+        headers.insert("content-type", v);
+    }
+    if let Some(v) = retry_after {
+        headers.insert("retry-after", v);
+    }
+    headers.insert("x-switchyard-instance", instance);
+    response
 }
 
 async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
@@ -205,10 +313,12 @@ async fn models(State(gateway): State<Arc<Gateway>>) -> Json<ModelList> {
     Json(ModelList {
         object: "list".into(),
         data: gateway
-            .models
-            .iter()
-            .map(|m| ModelCard {
-                id: m.name.clone(),
+            .routes
+            .table()
+            .model_names()
+            .into_iter()
+            .map(|id| ModelCard {
+                id,
                 object: "model".into(),
                 created: 0,
                 owned_by: "switchyard".into(),

@@ -12,3 +12,8 @@ pub mod hashing;
 pub mod kv_events;
 pub mod openai;
 pub mod schedule;
+
+/// The request header that asks a switchyard engine for the ids of the generated tokens in a
+/// stream: each event then carries them in an SSE comment line, `: token_ids 1,2,3`, which SSE
+/// clients ignore and switchyard's gateway reads (to resume a broken stream elsewhere) and drops.
+pub const TOKEN_IDS_HEADER: &str = "x-switchyard-token-ids";

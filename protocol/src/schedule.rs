@@ -56,6 +56,27 @@ pub struct ScheduleRequest {
     pub gateway: Option<String>,
 }
 
+/// What kind of engine an instance runs, which decides how its state is read and what its API
+/// takes beyond OpenAI's.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineKind {
+    /// switchyard's engine: state stream and KV events; token-id prompts in completions and chat,
+    /// and generated token ids in streams.
+    #[default]
+    Switchyard,
+    /// vLLM: `/metrics` scraped; token-id prompts in completions.
+    Vllm,
+    /// SGLang: `/metrics` scraped.
+    Sglang,
+    /// FastDeploy: `/metrics` scraped.
+    #[serde(rename = "fastdeploy")]
+    FastDeploy,
+    /// MindIE: `/metrics` scraped.
+    #[serde(rename = "mindie")]
+    MindIe,
+}
+
 /// The chosen instance.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ScheduleDecision {
@@ -74,6 +95,9 @@ pub struct ScheduleDecision {
     /// Predicted time per output token, in milliseconds, when the policy predicts it.
     #[serde(default)]
     pub predicted_tpot_ms: Option<f64>,
+    /// The instance's engine kind.
+    #[serde(default)]
+    pub kind: EngineKind,
 }
 
 /// Forget a request's dispatch (it finished, failed or was moved).

@@ -6,24 +6,7 @@ use serde::{Deserialize, Serialize};
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::schedule::InferStage;
 
-/// What kind of engine an instance runs, which decides how its state is read.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum EngineKind {
-    /// switchyard's engine: state stream and KV events.
-    #[default]
-    Switchyard,
-    /// vLLM: `/metrics` scraped.
-    Vllm,
-    /// SGLang: `/metrics` scraped.
-    Sglang,
-    /// FastDeploy: `/metrics` scraped.
-    #[serde(rename = "fastdeploy")]
-    FastDeploy,
-    /// MindIE: `/metrics` scraped.
-    #[serde(rename = "mindie")]
-    MindIe,
-}
+pub use switchyard_protocol::schedule::EngineKind;
 
 /// An instance's description.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

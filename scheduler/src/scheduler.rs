@@ -373,6 +373,7 @@ impl Scheduler {
             best_cached_tokens: (best_hit_ratio * prompt).round() as u32,
             predicted_ttft_ms: Some(metrics.predicted_ttft * 1000.0),
             predicted_tpot_ms: Some(metrics.predicted_tpot * 1000.0),
+            kind: state.meta.kind,
         };
         let (slot, kind) = (state.slot, state.meta.kind);
         self.lrs.dispatch(

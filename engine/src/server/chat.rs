@@ -2,8 +2,8 @@
 
 use super::errors::{HttpError, OpenAiJson};
 use super::generation::{Generation, TokenLogprobs};
-use super::params::{settle_max_tokens, validate, MAX_LOGPROBS};
 use super::params::token_prompt;
+use super::params::{settle_max_tokens, validate, MAX_LOGPROBS};
 use super::{check_model, sse_response, wants_token_ids, Payload, RequestId, ResponseShape};
 use crate::chat_template::{TemplateInput, TemplateMessage};
 use crate::instance::Instance;

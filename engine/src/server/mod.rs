@@ -135,14 +135,9 @@ fn unix_seconds() -> u64 {
     crate::instance::unix_now() as u64
 }
 
-/// The request header that asks for the ids of the generated tokens in a stream: each event
-/// then carries them in an SSE comment line, `: token_ids 1,2,3`, which SSE clients ignore and
-/// switchyard's gateway reads (to continue a broken stream elsewhere) and strips.
-pub const TOKEN_IDS_HEADER: &str = "x-switchyard-token-ids";
-
-/// Whether a request asked for token ids in its stream.
+/// Whether a request asked for token ids in its stream ([`switchyard_protocol::TOKEN_IDS_HEADER`]).
 fn wants_token_ids(headers: &axum::http::HeaderMap) -> bool {
-    headers.contains_key(TOKEN_IDS_HEADER)
+    headers.contains_key(switchyard_protocol::TOKEN_IDS_HEADER)
 }
 
 /// One streamed payload: its JSON, and the ids of the tokens it carries.

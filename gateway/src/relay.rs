@@ -1,0 +1,401 @@
+//! One request's upstream answer, read event by event and handed to the client: relayed as a
+//! stream the moment each event is whole, or assembled into one JSON. When a pool instance's
+//! stream breaks, the request resumes on another instance with the prompt plus the tokens
+//! already generated, asking only for what is left; the client sees one stream (exact for
+//! greedy decoding). When nothing can resume it, a stream ends with an error event and `[DONE]`.
+
+use crate::assemble::Assembler;
+use crate::forward::{Forwarder, Opened, PoolAsk, ReleaseOnDrop};
+use crate::metrics::GatewayMetrics;
+use crate::observe::{ChunkView, RelayObserver};
+use crate::preprocess::{Prepared, Route};
+use crate::sse::SseSplitter;
+use crate::upstream::{Resume, UpstreamRequest};
+use axum::body::Body;
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use switchyard_protocol::openai::ApiError;
+use switchyard_protocol::schedule::EngineKind;
+use switchyard_text::tokenizer::Tokenizer;
+
+/// What the session read next.
+pub enum Step {
+    /// A chunk's JSON, with what the gateway reads of it.
+    Chunk(Bytes, Option<ChunkView>),
+    /// The answer is complete.
+    Done,
+    /// The answer broke off and could not be resumed.
+    Failed(ApiError),
+}
+
+/// How a session may resume a broken pool stream.
+pub struct ResumeWith {
+    /// The request as prepared for the pool model.
+    pub prepared: Prepared,
+    /// The pool model's tokenizer, to recover text an engine held back.
+    pub tokenizer: Arc<Tokenizer>,
+    /// Most resumptions of one request.
+    pub max_resumes: u32,
+}
+
+/// Reads one request's answer.
+pub struct Session {
+    forwarder: Arc<Forwarder>,
+    metrics: Arc<GatewayMetrics>,
+    request_id: String,
+    label: String,
+    upstream: Arc<UpstreamRequest>,
+    deadline: tokio::time::Instant,
+    body: BoxStream<'static, reqwest::Result<Bytes>>,
+    splitter: SseSplitter,
+    instance: String,
+    kind: Option<EngineKind>,
+    _release: Option<ReleaseOnDrop>,
+    resume: Option<ResumeWith>,
+    resumes: u32,
+    excluded: Vec<String>,
+    generated: Vec<u32>,
+    sent_text: String,
+    /// Tokens generated before the latest resumption, once resumed.
+    resumed_after: Option<usize>,
+    last_chunk: Option<Bytes>,
+    held: Option<Bytes>,
+    saw_finish: bool,
+}
+
+impl Session {
+    /// A session over an opened answer; `resume` when the request may resume elsewhere.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        forwarder: Arc<Forwarder>,
+        metrics: Arc<GatewayMetrics>,
+        request_id: String,
+        label: String,
+        upstream: Arc<UpstreamRequest>,
+        deadline: tokio::time::Instant,
+        opened: Opened,
+        resume: Option<ResumeWith>,
+    ) -> Self {
+        let resume = resume.filter(|_| upstream.resumable());
+        Session {
+            forwarder,
+            metrics,
+            request_id,
+            label,
+            upstream,
+            deadline,
+            body: opened.response.bytes_stream().boxed(),
+            splitter: SseSplitter::default(),
+            instance: opened.instance.clone(),
+            kind: opened.kind,
+            excluded: vec![opened.instance],
+            _release: opened.release,
+            resume,
+            resumes: 0,
+            generated: Vec::new(),
+            sent_text: String::new(),
+            resumed_after: None,
+            last_chunk: None,
+            held: None,
+            saw_finish: false,
+        }
+    }
+
+    /// The next step of the answer.
+    pub async fn next(&mut self) -> Step {
+        loop {
+            if let Some(held) = self.held.take() {
+                let view = ChunkView::parse(&held);
+                return Step::Chunk(held, view);
+            }
+            if let Some(event) = self.splitter.next_event() {
+                if event.is_done() {
+                    return Step::Done;
+                }
+                self.generated.extend_from_slice(&event.token_ids);
+                let Some(data) = event.data else { continue };
+                let Some(data) = self.rewrite_resumed(data) else {
+                    continue;
+                };
+                let view = ChunkView::parse(&data);
+                if let Some(view) = &view {
+                    self.saw_finish |= view.choices.iter().any(|c| c.finish_reason.is_some());
+                    if self.resume.is_some() && !view.choices.is_empty() {
+                        if let Some(c) = view.choices.first() {
+                            self.sent_text.push_str(c.new_text());
+                        }
+                        self.last_chunk = Some(data.clone());
+                    }
+                }
+                return Step::Chunk(data, view);
+            }
+            let read = tokio::time::timeout_at(self.deadline, self.body.next()).await;
+            let broken = match read {
+                Err(_) => return Step::Failed(deadline_error()),
+                Ok(Some(Ok(bytes))) => {
+                    self.splitter.push(&bytes);
+                    continue;
+                }
+                Ok(Some(Err(e))) => format!("the stream from {} broke: {e}", self.instance),
+                Ok(None) if self.saw_finish && !self.splitter.has_partial() => return Step::Done,
+                Ok(None) => format!("{} ended its stream early", self.instance),
+            };
+            if let Err(e) = self.resume_elsewhere(&broken).await {
+                return Step::Failed(e);
+            }
+        }
+    }
+
+    /// Re-issues the request on another instance after its stream broke with `why`.
+    async fn resume_elsewhere(&mut self, why: &str) -> Result<(), ApiError> {
+        tracing::warn!("{}: {why}", self.request_id);
+        self.forwarder.on_broken(&self.instance);
+        let failed = |metrics: &GatewayMetrics, label: &str, message: String| {
+            metrics.on_continuation(label, "failed");
+            Err(ApiError::bad_gateway(message))
+        };
+        // Text sent without token ids cannot be resumed exactly.
+        let ids_cover_text = !self.generated.is_empty() || self.sent_text.is_empty();
+        let resumable = self.kind == Some(EngineKind::Switchyard)
+            && ids_cover_text
+            && self
+                .resume
+                .as_ref()
+                .is_some_and(|r| self.resumes < r.max_resumes);
+        let Some(resume) = self.resume.as_ref().filter(|_| resumable) else {
+            return failed(
+                &self.metrics,
+                &self.label,
+                format!("The answer broke off: {why}."),
+            );
+        };
+        self.splitter = SseSplitter::default();
+        self._release = None;
+        let forwarder = self.forwarder.clone();
+        let opened = tokio::time::timeout_at(
+            self.deadline,
+            forwarder.open_pool(PoolAsk {
+                request_id: &self.request_id,
+                label: &self.label,
+                prepared: &resume.prepared,
+                upstream: &self.upstream,
+                resume: Some(Resume {
+                    generated: &self.generated,
+                }),
+                exclude: self.excluded.clone(),
+            }),
+        )
+        .await;
+        let opened = match opened {
+            Err(_) => {
+                return failed(
+                    &self.metrics,
+                    &self.label,
+                    "The request's deadline passed while resuming.".into(),
+                )
+            }
+            Ok(Err(e)) => {
+                return failed(
+                    &self.metrics,
+                    &self.label,
+                    format!(
+                        "The answer broke off ({why}) and could not resume: {}",
+                        e.body.error.message
+                    ),
+                )
+            }
+            Ok(Ok(o)) if !o.is_success() || o.kind != Some(EngineKind::Switchyard) => {
+                let status = o.response.status();
+                return failed(&self.metrics, &self.label, format!("The answer broke off ({why}) and the instance to resume on answered {status}."));
+            }
+            Ok(Ok(o)) => o,
+        };
+        tracing::info!(
+            "{}: resuming on {} after {} tokens",
+            self.request_id,
+            opened.instance,
+            self.generated.len()
+        );
+        self.metrics.on_continuation(&self.label, "resumed");
+        self.resumes += 1;
+        self.resumed_after = Some(self.generated.len());
+        self.instance = opened.instance.clone();
+        self.excluded.push(opened.instance);
+        self.kind = opened.kind;
+        self.body = opened.response.bytes_stream().boxed();
+        self._release = opened.release;
+        self.held = self.held_back_text();
+        Ok(())
+    }
+
+    /// A chunk with the text the broken instance generated but had not sent yet (held back
+    /// while it could have been the start of a stop string).
+    fn held_back_text(&mut self) -> Option<Bytes> {
+        let resume = self.resume.as_ref()?;
+        let prompt = self.upstream.prompt()?;
+        let mut all = prompt.to_vec();
+        all.extend_from_slice(&self.generated);
+        let prompt_text = resume.tokenizer.decode(prompt, true);
+        let all_text = resume.tokenizer.decode(&all, true);
+        let generated = all_text.strip_prefix(prompt_text.as_str())?;
+        let held = generated.strip_prefix(self.sent_text.as_str())?;
+        if held.is_empty() || held.ends_with('\u{FFFD}') {
+            return None;
+        }
+        let mut chunk: Value = serde_json::from_slice(self.last_chunk.as_ref()?).ok()?;
+        let choice = match self.upstream.route() {
+            Route::Completions => json!({"index": 0, "text": held, "finish_reason": null}),
+            Route::Chat => json!({"index": 0, "delta": {"content": held}, "finish_reason": null}),
+        };
+        chunk["choices"] = json!([choice]);
+        if let Some(map) = chunk.as_object_mut() {
+            map.remove("usage");
+        }
+        self.sent_text.push_str(held);
+        Some(Bytes::from(chunk.to_string()))
+    }
+
+    /// After a resumption: usage counts the whole request again, and the new instance's opening
+    /// role chunk is dropped.
+    fn rewrite_resumed(&self, data: Bytes) -> Option<Bytes> {
+        let (Some(before), Some(resume)) = (self.resumed_after, &self.resume) else {
+            return Some(data);
+        };
+        let Ok(mut chunk) = serde_json::from_slice::<Value>(&data) else {
+            return Some(data);
+        };
+        if let Some(delta) = chunk["choices"][0].get("delta") {
+            let opening = delta.get("role").is_some()
+                && delta["content"].as_str().unwrap_or_default().is_empty()
+                && chunk["choices"][0]["finish_reason"].is_null();
+            if opening {
+                return None;
+            }
+        }
+        if let Some(usage) = chunk.get_mut("usage").filter(|u| u.is_object()) {
+            let prompt = resume.prepared.prompt_tokens as u64;
+            let completion = usage["completion_tokens"].as_u64().unwrap_or(0) + before as u64;
+            usage["prompt_tokens"] = prompt.into();
+            usage["completion_tokens"] = completion.into();
+            usage["total_tokens"] = (prompt + completion).into();
+        }
+        Some(Bytes::from(chunk.to_string()))
+    }
+}
+
+/// The error of a request whose `--request-timeout` passed.
+pub fn deadline_error() -> ApiError {
+    let mut e = ApiError::unavailable("The request's deadline (--request-timeout) passed.")
+        .with_code("request_timeout");
+    e.status = 504;
+    e
+}
+
+/// One SSE event carrying `data`.
+fn frame(data: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(data.len() + 8);
+    out.put_slice(b"data: ");
+    out.put_slice(data);
+    out.put_slice(b"\n\n");
+    out.freeze()
+}
+
+/// Relay work of one request, for `request_postprocess_duration_milliseconds`.
+struct WorkTimer {
+    metrics: Arc<GatewayMetrics>,
+    label: String,
+    spent: Duration,
+}
+
+impl Drop for WorkTimer {
+    fn drop(&mut self) {
+        self.metrics
+            .on_postprocessed(&self.label, self.spent.as_secs_f64() * 1000.0);
+    }
+}
+
+/// The client's stream: each chunk as it is whole, the usage chunk only if asked for, and an
+/// error event before `[DONE]` if the answer broke off.
+pub fn stream_body(mut session: Session, mut observer: RelayObserver) -> Body {
+    let include_usage = session.upstream.wants_stream_usage();
+    let mut timer = WorkTimer {
+        metrics: session.metrics.clone(),
+        label: session.label.clone(),
+        spent: Duration::ZERO,
+    };
+    let events = async_stream::stream! {
+        loop {
+            let step = session.next().await;
+            let started = Instant::now();
+            match step {
+                Step::Chunk(data, view) => {
+                    if let Some(view) = &view {
+                        observer.observe(view, started);
+                        if view.is_usage_only() && !include_usage {
+                            timer.spent += started.elapsed();
+                            continue;
+                        }
+                    }
+                    let out = frame(&data);
+                    timer.spent += started.elapsed();
+                    yield Ok::<Bytes, std::convert::Infallible>(out);
+                }
+                Step::Done => {
+                    yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
+                    break;
+                }
+                Step::Failed(e) => {
+                    let error = serde_json::to_vec(&e.body).unwrap_or_default();
+                    yield Ok(frame(&error));
+                    yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
+                    break;
+                }
+            }
+        }
+    };
+    Body::from_stream(events)
+}
+
+/// The whole answer as one JSON, or the error that ended it.
+pub async fn collect(mut session: Session, mut observer: RelayObserver) -> Result<Value, ApiError> {
+    let mut assembler = Assembler::new(session.upstream.route());
+    let mut timer = WorkTimer {
+        metrics: session.metrics.clone(),
+        label: session.label.clone(),
+        spent: Duration::ZERO,
+    };
+    loop {
+        let step = session.next().await;
+        let started = Instant::now();
+        match step {
+            Step::Chunk(data, view) => {
+                if let Some(view) = &view {
+                    observer.observe(view, started);
+                }
+                let chunk: Value = serde_json::from_slice(&data).map_err(|e| {
+                    ApiError::bad_gateway(format!(
+                        "The upstream sent a chunk that is not JSON: {e}"
+                    ))
+                })?;
+                if let Some(error) = chunk.get("error") {
+                    let message = error["message"].as_str().unwrap_or("unknown error");
+                    return Err(ApiError::bad_gateway(format!(
+                        "The upstream failed: {message}"
+                    )));
+                }
+                assembler.push(&chunk);
+            }
+            Step::Done => {
+                let out = assembler.finish();
+                timer.spent += started.elapsed();
+                return Ok(out);
+            }
+            Step::Failed(e) => return Err(e),
+        }
+        timer.spent += started.elapsed();
+    }
+}

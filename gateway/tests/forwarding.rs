@@ -1,0 +1,500 @@
+//! The gateway in process over fake upstreams that stand for engines and external endpoints
+//! misbehaving on demand (a 429, a 503, a dropped connection before or after the first byte, no
+//! answer at all), next to ones that answer: retries, breakers, deadlines, broken streams, the
+//! route config's fallback chain, splits, mirror and reload.
+
+use axum::body::Body;
+use axum::http::HeaderMap;
+use axum::routing::post;
+use axum::Router;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use switchyard_gateway::admission::AdmissionArgs;
+use switchyard_gateway::launcher::GatewayFlags;
+use switchyard_gateway::preprocess::ServedModel;
+use switchyard_gateway::scheduler_client::SchedulerClient;
+use switchyard_gateway::server::router;
+use switchyard_protocol::engine_state::EngineStatus;
+use switchyard_protocol::schedule::{EngineKind, InferStage};
+use switchyard_scheduler::cms::InstanceMeta;
+use switchyard_scheduler::policy::Policy;
+use switchyard_scheduler::service::SchedulerService;
+use switchyard_scheduler::{Scheduler, SchedulerConfig};
+use switchyard_text::tokenizer::builtin_tokenizer;
+
+/// What a fake upstream does with a request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Behaviour {
+    /// Streams "ok" and usage, or answers this error status.
+    Answer(u16),
+    /// Closes the connection at once.
+    Drop,
+    /// Never answers.
+    Hang,
+    /// Streams one chunk, then breaks the connection.
+    BreakAfterFirstChunk,
+}
+
+/// The requests a fake upstream saw: authorization header and body.
+type Seen = Arc<Mutex<Vec<(Option<String>, Value)>>>;
+
+/// A fake upstream: its URL, its call count and the requests it saw (authorization, body).
+struct Fake {
+    url: String,
+    calls: Arc<AtomicUsize>,
+    seen: Seen,
+}
+
+fn sse(events: &[Value]) -> String {
+    let mut out: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+    out.push_str("data: [DONE]\n\n");
+    out
+}
+
+fn chunk(text: &str, finish: Option<&str>) -> Value {
+    json!({"id": "cmpl-x", "object": "text_completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "text": text, "finish_reason": finish}]})
+}
+
+async fn fake(behaviour: Behaviour) -> Fake {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen: Seen = Arc::new(Mutex::new(Vec::new()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    if behaviour == Behaviour::Drop {
+        let counted = calls.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                drop(socket);
+            }
+        });
+        return Fake { url, calls, seen };
+    }
+    let (counted, recorded) = (calls.clone(), seen.clone());
+    let handler = move |headers: HeaderMap, body: axum::body::Bytes| {
+        let (counted, recorded) = (counted.clone(), recorded.clone());
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let auth = headers
+                .get("authorization")
+                .map(|v| v.to_str().unwrap().to_string());
+            recorded
+                .lock()
+                .unwrap()
+                .push((auth, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+            let sse_headers = [("content-type", "text/event-stream")];
+            match behaviour {
+                Behaviour::Answer(200) => {
+                    let usage = json!({"id": "cmpl-x", "object": "text_completion", "created": 1,
+                        "model": "m", "choices": [],
+                        "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3}});
+                    let text = sse(&[chunk("ok", Some("stop")), usage]);
+                    (sse_headers, text).into_response()
+                }
+                Behaviour::Answer(status) => {
+                    let code = axum::http::StatusCode::from_u16(status).unwrap();
+                    let error =
+                        json!({"error": {"message": "fake refusal", "type": "x", "code": status}});
+                    (code, [("retry-after", "0")], axum::Json(error)).into_response()
+                }
+                Behaviour::Hang => {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    ().into_response()
+                }
+                _ => {
+                    let first = format!("data: {}\n\n", chunk("partial", None));
+                    let broken = async {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        Err(std::io::Error::other("broken on purpose"))
+                    };
+                    let stream = futures::StreamExt::chain(
+                        futures::stream::once(async { Ok(axum::body::Bytes::from(first)) }),
+                        futures::stream::once(broken),
+                    );
+                    (sse_headers, Body::from_stream(stream)).into_response()
+                }
+            }
+        }
+    };
+    use axum::response::IntoResponse;
+    let app = Router::new()
+        .route("/v1/completions", post(handler.clone()))
+        .route("/v1/chat/completions", post(handler));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Fake { url, calls, seen }
+}
+
+fn flags(retries: u32) -> GatewayFlags {
+    GatewayFlags {
+        retries,
+        request_timeout: 600.0,
+        first_byte_timeout: 30.0,
+        stream_resumes: 2,
+        route_config: None,
+        admission: AdmissionArgs {
+            api_keys: None,
+            global_requests_per_minute: None,
+            global_tokens_per_minute: None,
+            max_concurrent_requests: 0,
+            queue_size: 16,
+            queue_timeout: 30.0,
+        },
+    }
+}
+
+/// A gateway over pool `instances` of model `m` (the first looks idle, the rest busy, so the
+/// first is tried first).
+async fn gateway(instances: &[(&str, EngineKind)], flags: GatewayFlags) -> String {
+    let scheduler = Arc::new(
+        SchedulerService::new(
+            Scheduler::new(
+                SchedulerConfig {
+                    policy: Policy::LeastRequests,
+                    ..Default::default()
+                },
+                0,
+            ),
+            false,
+        )
+        .unwrap(),
+    );
+    for (i, (url, kind)) in instances.iter().enumerate() {
+        scheduler.add_instance(InstanceMeta {
+            id: url.to_string(),
+            endpoint: url.to_string(),
+            model: "m".into(),
+            role: InferStage::Neutral,
+            kind: *kind,
+        });
+        let status = EngineStatus {
+            num_running: 5 * i as u32,
+            total_kv_tokens: 1000,
+            ..Default::default()
+        };
+        scheduler.on_status(url, status);
+    }
+    let served = ServedModel {
+        name: "m".into(),
+        tokenizer: builtin_tokenizer(),
+        chat_template: None,
+        block_size: 16,
+    };
+    let gateway = flags
+        .build(
+            vec![served],
+            SchedulerClient::InProcess(scheduler),
+            "test-gateway".into(),
+            None,
+        )
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router(gateway, 1 << 20)).await });
+    url
+}
+
+fn sw(url: &str) -> (&str, EngineKind) {
+    (url, EngineKind::Switchyard)
+}
+
+async fn call(gateway: &str, body: Value) -> (u16, String, String) {
+    let r = reqwest::Client::new()
+        .post(format!("{gateway}/v1/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let instance = r
+        .headers()
+        .get("x-switchyard-instance")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, instance, r.text().await.unwrap_or_default())
+}
+
+async fn complete(gateway: &str) -> (u16, String, Value) {
+    let (status, instance, text) = call(gateway, json!({"model": "m", "prompt": "hello"})).await;
+    (
+        status,
+        instance,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+    )
+}
+
+async fn metrics(gateway: &str) -> String {
+    reqwest::get(format!("{gateway}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_5xx_429_dropped_or_hanging_instance_is_retried_on_another() {
+    for failing in [
+        Behaviour::Answer(503),
+        Behaviour::Answer(429),
+        Behaviour::Drop,
+        Behaviour::Hang,
+    ] {
+        let bad = fake(failing).await;
+        let good = fake(Behaviour::Answer(200)).await;
+        let mut f = flags(2);
+        f.first_byte_timeout = 0.3;
+        let gw = gateway(&[sw(&bad.url), sw(&good.url)], f).await;
+        let (status, instance, body) = complete(&gw).await;
+        assert_eq!(
+            (status, instance.as_str()),
+            (200, good.url.as_str()),
+            "{failing:?}: {body}"
+        );
+        assert_eq!(
+            body["choices"][0]["text"], "ok",
+            "assembled from the stream"
+        );
+        assert_eq!(body["object"], "text_completion");
+        assert_eq!(body["usage"]["completion_tokens"], 1);
+        assert_eq!(
+            bad.calls.load(Ordering::SeqCst),
+            1,
+            "{failing:?}: tried once"
+        );
+        let sent = &good.seen.lock().unwrap()[0].1;
+        assert_eq!(sent["stream"], true, "upstream answers are always streamed");
+        assert!(
+            sent["prompt"].is_array(),
+            "a switchyard engine gets token ids"
+        );
+    }
+}
+
+#[tokio::test]
+async fn without_retries_left_the_last_answer_is_relayed() {
+    let bad = fake(Behaviour::Answer(429)).await;
+    let gw = gateway(&[sw(&bad.url)], flags(0)).await;
+    let (status, instance, body) = complete(&gw).await;
+    assert_eq!((status, instance.as_str()), (429, bad.url.as_str()));
+    assert_eq!(body["error"]["message"], "fake refusal");
+    let dropped = fake(Behaviour::Drop).await;
+    let gw = gateway(&[sw(&dropped.url)], flags(0)).await;
+    let (status, _, body) = complete(&gw).await;
+    assert_eq!(status, 502);
+    assert_eq!(body["error"]["code"], "bad_gateway");
+}
+
+#[tokio::test]
+async fn every_instance_failing_ends_in_no_capacity() {
+    let bad = fake(Behaviour::Answer(503)).await;
+    let gw = gateway(&[sw(&bad.url)], flags(3)).await;
+    let (status, _, body) = complete(&gw).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(
+        body["error"]["code"], "no_available_endpoint",
+        "the only instance is excluded after failing"
+    );
+}
+
+#[tokio::test]
+async fn the_request_deadline_bounds_a_hanging_upstream() {
+    let hanging = fake(Behaviour::Hang).await;
+    let mut f = flags(0);
+    f.request_timeout = 0.5;
+    let gw = gateway(&[sw(&hanging.url)], f).await;
+    let started = std::time::Instant::now();
+    let (status, _, body) = complete(&gw).await;
+    assert_eq!(status, 504, "{body}");
+    assert_eq!(body["error"]["code"], "request_timeout");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn a_stream_broken_after_the_first_byte_ends_with_an_error_event() {
+    let breaking = fake(Behaviour::BreakAfterFirstChunk).await;
+    let good = fake(Behaviour::Answer(200)).await;
+    let gw = gateway(&[sw(&breaking.url), sw(&good.url)], flags(2)).await;
+    let (status, _, text) = call(
+        &gw,
+        json!({"model": "m", "prompt": "hello", "stream": true}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let events: Vec<&str> = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .collect();
+    assert_eq!(events.len(), 3, "{text}");
+    assert!(events[0].contains("partial"));
+    let error: Value = serde_json::from_str(events[1]).unwrap();
+    assert_eq!(error["error"]["code"], "bad_gateway", "{text}");
+    assert_eq!(events[2], "[DONE]");
+    assert_eq!(
+        good.calls.load(Ordering::SeqCst),
+        0,
+        "text sent without token ids cannot be resumed exactly"
+    );
+    let (status, _, body) = complete(&gw).await;
+    assert_eq!(
+        status, 502,
+        "a non-streamed answer that broke is an error: {body}"
+    );
+    let m = metrics(&gw).await;
+    assert!(
+        m.contains("request_stream_continuation_total{model=\"m\",outcome=\"failed\"} 2"),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_instance_is_left_out_once_its_breaker_opens() {
+    let bad = fake(Behaviour::Answer(503)).await;
+    let good = fake(Behaviour::Answer(200)).await;
+    let gw = gateway(&[sw(&bad.url), sw(&good.url)], flags(2)).await;
+    for _ in 0..10 {
+        let (status, instance, _) = complete(&gw).await;
+        assert_eq!((status, instance.as_str()), (200, good.url.as_str()));
+    }
+    assert_eq!(
+        bad.calls.load(Ordering::SeqCst),
+        5,
+        "five failures open the breaker; then it is skipped"
+    );
+    assert_eq!(good.calls.load(Ordering::SeqCst), 10);
+    let m = metrics(&gw).await;
+    assert!(
+        m.contains(&format!(
+            "gateway_circuit_breaker_state{{instance=\"{}\"}} 1",
+            bad.url
+        )),
+        "{m}"
+    );
+    let retries: Vec<&str> = m
+        .lines()
+        .filter(|l| l.starts_with("request_retry_total"))
+        .collect();
+    assert_eq!(
+        retries,
+        vec!["request_retry_total{model=\"m\",status_code=\"503\"} 5"]
+    );
+}
+
+fn write_config(path: &std::path::Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+}
+
+#[tokio::test]
+async fn routes_send_models_to_endpoints_with_fallback_mirror_and_reload() {
+    let pool_down = fake(Behaviour::Answer(503)).await;
+    let external = fake(Behaviour::Answer(200)).await;
+    let busy = fake(Behaviour::Answer(429)).await;
+    let shadow = fake(Behaviour::Answer(200)).await;
+    let dir = std::env::temp_dir().join(format!("switchyard-routes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("routes.json");
+    std::env::set_var("SWITCHYARD_TEST_EXTERNAL_KEY", "sk-external");
+    let config = |shadow_ratio: f64| {
+        json!({
+            "endpoints": {
+                "external": {"base_url": external.url, "api_key_env": "SWITCHYARD_TEST_EXTERNAL_KEY", "model": "big-model"},
+                "busy": {"base_url": busy.url},
+                "shadow": {"base_url": shadow.url}
+            },
+            "routes": [
+                {"model": "m", "targets": [{"pool": "m"}], "fallback": [{"endpoint": "external"}],
+                 "mirror": {"endpoint": "shadow", "ratio": shadow_ratio}},
+                {"model": "gpt-*", "targets": [{"endpoint": "busy"}], "fallback": [{"endpoint": "external"}]}
+            ]
+        })
+        .to_string()
+    };
+    write_config(&path, &config(1.0));
+    let mut f = flags(0);
+    f.route_config = Some(path.clone());
+    let gw = gateway(&[sw(&pool_down.url)], f).await;
+
+    let (status, instance, body) = complete(&gw).await;
+    assert_eq!((status, instance.as_str()), (200, "external"), "{body}");
+    let (auth, sent) = external.seen.lock().unwrap()[0].clone();
+    assert_eq!(auth.as_deref(), Some("Bearer sk-external"));
+    assert_eq!(sent["model"], "big-model");
+    assert_eq!(
+        sent["prompt"], "hello",
+        "an external endpoint gets the client's request"
+    );
+
+    let (status, instance, _) = call(&gw, json!({"model": "gpt-4o", "prompt": "x"})).await;
+    assert_eq!(
+        (status, instance.as_str()),
+        (200, "external"),
+        "a 429 falls back"
+    );
+    for _ in 0..100 {
+        if shadow.calls.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        shadow.calls.load(Ordering::SeqCst),
+        1,
+        "mirrored at ratio 1"
+    );
+    let m = metrics(&gw).await;
+    assert!(
+        m.contains("request_fallback_total{model=\"m\",status_code=\"success\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("request_fallback_retry_success_total{model=\"gpt-*\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("request_total{model=\"gpt-*\",status_code=\"200\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("gateway_mirror_requests_total{model=\"m\",outcome=\"success\"} 1"),
+        "{m}"
+    );
+
+    let models: Value = reqwest::get(format!("{gw}/v1/models"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"].as_array().unwrap().len(), 1, "{models}");
+    assert_eq!(
+        call(&gw, json!({"model": "claude", "prompt": "x"})).await.0,
+        404
+    );
+
+    // A bad edit is refused and counted; a good one is picked up.
+    write_config(&path, "{ not json");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(complete(&gw).await.0, 200, "the previous config stays");
+    write_config(&path, &config(0.0).replace("gpt-*", "exact-name"));
+    let mut reloaded = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if call(&gw, json!({"model": "gpt-4o", "prompt": "x"})).await.0 == 404 {
+            reloaded = true;
+            break;
+        }
+    }
+    assert!(reloaded, "the new config is in force");
+    let m = metrics(&gw).await;
+    assert!(
+        m.contains("gateway_route_config_reloads_total{result=\"error\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("gateway_route_config_reloads_total{result=\"success\"} 1"),
+        "{m}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
