@@ -9,6 +9,7 @@ use crate::relay::{collect, deadline_error, stream_body, ResumeWith, Session};
 use crate::routes::{Routes, Target};
 use crate::upstream::UpstreamRequest;
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -99,7 +100,12 @@ fn request_id(headers: &HeaderMap) -> Result<String, ApiError> {
     }
 }
 
-async fn handle(gateway: &Gateway, route: Route, headers: &HeaderMap, body: Bytes) -> Response {
+async fn handle(
+    gateway: &Gateway,
+    route: Route,
+    headers: &HeaderMap,
+    body: BodyResult,
+) -> Response {
     let started = Instant::now();
     gateway.metrics.current.inc();
     let mut model = String::new();
@@ -147,12 +153,20 @@ async fn admit_and_forward(
     gateway: &Gateway,
     route: Route,
     headers: &HeaderMap,
-    body: Bytes,
+    body: BodyResult,
     started: Instant,
     model: &mut String,
     admitted: &mut Option<Admitted>,
 ) -> Result<(Response, String), ApiError> {
     let id = request_id(headers)?;
+    let body = body.map_err(|rejection| {
+        let mut e = ApiError::invalid_request(format!(
+            "The request body could not be read: {}.",
+            rejection.body_text()
+        ));
+        e.status = rejection.status().as_u16();
+        e
+    })?;
     let deadline = tokio::time::Instant::from_std(started + gateway.request_timeout);
     let authorization = headers.get("authorization").and_then(|v| v.to_str().ok());
     let key = gateway
@@ -293,10 +307,13 @@ async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
         .into_response()
 }
 
+/// A request body, or why it could not be read (too large, cut off) as an OpenAI error.
+type BodyResult = Result<Bytes, BytesRejection>;
+
 async fn completions(
     State(gateway): State<Arc<Gateway>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: BodyResult,
 ) -> Response {
     handle(&gateway, Route::Completions, &headers, body).await
 }
@@ -304,7 +321,7 @@ async fn completions(
 async fn chat_completions(
     State(gateway): State<Arc<Gateway>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: BodyResult,
 ) -> Response {
     handle(&gateway, Route::Chat, &headers, body).await
 }

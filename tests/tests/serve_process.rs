@@ -231,3 +231,167 @@ async fn api_keys_and_rate_limits_are_enforced() {
     assert!(metrics.contains("request_rejected_total{reason=\"requests_per_minute\"} 1"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn bad_input_gets_an_openai_error_and_changes_nothing() {
+    let serve = Process::serve(
+        1,
+        &[
+            "--backend",
+            "sim",
+            "--sim-time-scale",
+            "100",
+            "--max-model-len",
+            "256",
+            "--max-body-bytes",
+            "4096",
+        ],
+    )
+    .await;
+    let base = serve.url(0);
+    let client = reqwest::Client::new();
+    let send = |path: &str, body: Vec<u8>| {
+        client
+            .post(format!("{base}{path}"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let cases: Vec<(&str, &str, Vec<u8>, u16)> = vec![
+        (
+            "malformed JSON",
+            "/v1/completions",
+            b"{\"prompt\": ".to_vec(),
+            400,
+        ),
+        ("not an object", "/v1/completions", b"[1, 2]".to_vec(), 400),
+        (
+            "unknown model",
+            "/v1/completions",
+            br#"{"model": "nope", "prompt": "x"}"#.to_vec(),
+            404,
+        ),
+        (
+            "missing messages",
+            "/v1/chat/completions",
+            br#"{"max_tokens": 3}"#.to_vec(),
+            400,
+        ),
+        (
+            "wrong type",
+            "/v1/completions",
+            br#"{"prompt": "x", "max_tokens": "many"}"#.to_vec(),
+            400,
+        ),
+        (
+            "model not a string",
+            "/v1/completions",
+            br#"{"model": 5, "prompt": "x"}"#.to_vec(),
+            400,
+        ),
+        (
+            "negative max_tokens",
+            "/v1/completions",
+            br#"{"prompt": "x", "max_tokens": -1}"#.to_vec(),
+            400,
+        ),
+        (
+            "too long prompt",
+            "/v1/completions",
+            format!("{{\"prompt\": {:?}, \"max_tokens\": 1}}", [7; 300]).into_bytes(),
+            400,
+        ),
+        (
+            "invalid UTF-8",
+            "/v1/completions",
+            b"{\"prompt\": \"\xff\xfe\"}".to_vec(),
+            400,
+        ),
+        (
+            "oversized body",
+            "/v1/completions",
+            format!("{{\"prompt\": \"{}\"}}", "a".repeat(8192)).into_bytes(),
+            413,
+        ),
+    ];
+    for (name, path, body, status) in cases {
+        let r = send(path, body).await.unwrap();
+        assert_eq!(r.status().as_u16(), status, "{name}");
+        let err: Value = r.json().await.unwrap_or(Value::Null);
+        assert!(
+            err["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{name}: an OpenAI error body: {err}"
+        );
+        assert!(err["error"]["type"].is_string(), "{name}: {err}");
+    }
+    let metrics = metrics_text(&client, &base).await;
+    assert_eq!(metric_value(&metrics, "gateway_current_requests"), 0.0);
+    let ok = send(
+        "/v1/completions",
+        br#"{"prompt": "fine", "max_tokens": 2}"#.to_vec(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ok.status(), 200, "the gateway still serves");
+}
+
+#[tokio::test]
+async fn a_full_queue_answers_429_and_a_long_wait_503() {
+    let serve = Process::serve(
+        1,
+        &[
+            "--backend",
+            "sim",
+            "--sim-time-scale",
+            "1",
+            "--max-concurrent-requests",
+            "1",
+            "--queue-size",
+            "1",
+            "--queue-timeout",
+            "1",
+        ],
+    )
+    .await;
+    let base = serve.url(0);
+    let client = reqwest::Client::new();
+    let long = |tokens: u32| {
+        client
+            .post(format!("{base}/v1/completions"))
+            .json(&json!({"prompt": "hold", "max_tokens": tokens, "ignore_eos": true, "stream": true}))
+            .send()
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let holder = long(2000).await.unwrap();
+    assert_eq!(holder.status(), 200);
+    let waiter = tokio::spawn(long(1));
+    let mut full = None;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let r = long(1).await.unwrap();
+        if r.status() == 429 {
+            full = Some(r);
+            break;
+        }
+    }
+    let full = full.expect("a request beyond the queue is refused");
+    let err: Value = full.json().await.unwrap();
+    assert!(err["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("waiting"));
+    let waited = waiter.await.unwrap().unwrap();
+    assert_eq!(waited.status(), 503, "the queued one times out");
+    drop(holder);
+    let metrics = metrics_text(&client, &base).await;
+    assert!(
+        metrics.contains("request_rejected_total{reason=\"queue_full\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("request_rejected_total{reason=\"queue_timeout\"} 1"),
+        "{metrics}"
+    );
+}

@@ -132,8 +132,10 @@ async fn a_client_that_leaves_frees_the_engine_request() {
     let client = reqwest::Client::new();
     let response = client
         .post(format!("{}/v1/completions", gateway.url(0)))
-        .json(&json!({"model": MODEL, "prompt": "leave early", "max_tokens": 5000,
-            "ignore_eos": true, "stream": true}))
+        .json(
+            &json!({"model": MODEL, "prompt": "leave early", "max_tokens": 5000,
+            "ignore_eos": true, "stream": true}),
+        )
         .send()
         .await
         .unwrap();
