@@ -7,13 +7,20 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// Path of the `switchyard` binary, built on first use with the test's profile.
+/// Path of the `switchyard` binary, built on first use: in release when this crate is built
+/// optimized (benchmarks), else in the test profile.
 pub fn binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        escargot::CargoBuild::new()
+        let build = escargot::CargoBuild::new()
             .package("switchyard")
-            .bin("switchyard")
+            .bin("switchyard");
+        let build = if cfg!(debug_assertions) {
+            build
+        } else {
+            build.release()
+        };
+        build
             .run()
             .expect("cargo builds the switchyard binary")
             .path()

@@ -1,0 +1,295 @@
+//! What the gateway adds over calling an engine directly, beside nginx proxying the same engine:
+//! latency of short and 2k-token requests, CPU per relayed stream chunk, and requests per
+//! second. Every process runs in release on this machine; the targets take turns in rounds so
+//! drift on a shared machine hits them alike.
+//!
+//! `cargo bench -p switchyard-tests --bench gateway_overhead` (needs `nginx` on the PATH)
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use switchyard_tests::{free_ports, wait_healthy, Process};
+
+const MODEL: &str = "qwen3-0.6b";
+
+/// nginx proxying `upstream` on a free port, with keep-alive to the upstream and no buffering.
+struct Nginx {
+    child: Child,
+    url: String,
+    dir: std::path::PathBuf,
+}
+
+impl Nginx {
+    fn start(upstream: &str) -> Nginx {
+        let port = free_ports(1);
+        let dir = std::env::temp_dir().join(format!("switchyard-nginx-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let upstream = upstream.trim_start_matches("http://");
+        let conf = format!(
+            "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{ worker_connections 4096; }}\n\
+             http {{\n  access_log off;\n  client_body_temp_path {d};\n  proxy_temp_path {d};\n\
+               upstream engine {{ server {upstream}; keepalive 256; }}\n\
+               server {{\n    listen 127.0.0.1:{port};\n    location / {{\n\
+                   proxy_pass http://engine;\n      proxy_http_version 1.1;\n\
+                   proxy_set_header Connection \"\";\n      proxy_buffering off;\n    }}\n  }}\n}}\n",
+            d = dir.display()
+        );
+        let conf_path = dir.join("nginx.conf");
+        std::fs::write(&conf_path, conf).unwrap();
+        let child = Command::new("nginx")
+            .args([
+                "-c",
+                conf_path.to_str().unwrap(),
+                "-p",
+                dir.to_str().unwrap(),
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx runs (apt install nginx-light)");
+        Nginx {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            dir,
+        }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Seconds of CPU (user + system) a process has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_name = stat.rsplit(')').next().unwrap_or_default();
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks: f64 =
+        fields[11].parse::<f64>().unwrap_or(0.0) + fields[12].parse::<f64>().unwrap_or(0.0);
+    ticks / 100.0
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+async fn timed(client: &reqwest::Client, base: &str, body: &Value) -> f64 {
+    let started = Instant::now();
+    let r = client
+        .post(format!("{base}/v1/completions"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{base}");
+    r.bytes().await.unwrap();
+    started.elapsed().as_secs_f64() * 1e6
+}
+
+/// Latency percentiles (us) of each target, in rounds of `batch` requests each.
+async fn latencies(
+    targets: &[(&str, String)],
+    body: &Value,
+    rounds: usize,
+    batch: usize,
+) -> Vec<(f64, f64)> {
+    let client = reqwest::Client::new();
+    for (_, base) in targets {
+        for _ in 0..20 {
+            timed(&client, base, body).await;
+        }
+    }
+    let mut samples = vec![Vec::new(); targets.len()];
+    for _ in 0..rounds {
+        for (i, (_, base)) in targets.iter().enumerate() {
+            for _ in 0..batch {
+                samples[i].push(timed(&client, base, body).await);
+            }
+        }
+    }
+    samples
+        .into_iter()
+        .map(|mut s| {
+            s.sort_by(f64::total_cmp);
+            (percentile(&s, 0.5), percentile(&s, 0.99))
+        })
+        .collect()
+}
+
+/// Requests per second with `clients` keep-alive clients for `seconds`.
+async fn throughput(base: &str, body: &Value, clients: usize, seconds: f64) -> f64 {
+    let client = reqwest::Client::new();
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let workers: Vec<_> = (0..clients)
+        .map(|_| {
+            let (client, base, body) = (client.clone(), base.to_string(), body.clone());
+            tokio::spawn(async move {
+                let mut done = 0u64;
+                while Instant::now() < until {
+                    let r = client
+                        .post(format!("{base}/v1/completions"))
+                        .json(&body)
+                        .send()
+                        .await;
+                    if let Ok(r) = r {
+                        if r.status() == 200 && r.bytes().await.is_ok() {
+                            done += 1;
+                        }
+                    }
+                }
+                done
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let mut total = 0;
+    for w in workers {
+        total += w.await.unwrap();
+    }
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Stream chunks relayed and CPU seconds `pid` spent relaying them.
+async fn stream_cpu(base: &str, pid: u32, streams: usize, tokens: u32) -> (u64, f64) {
+    let client = reqwest::Client::new();
+    let body = json!({"model": MODEL, "prompt": "stream", "max_tokens": tokens, "ignore_eos": true, "stream": true});
+    let before = cpu_seconds(pid);
+    let tasks: Vec<_> = (0..streams)
+        .map(|_| {
+            let (client, base, body) = (client.clone(), base.to_string(), body.clone());
+            tokio::spawn(async move {
+                let r = client
+                    .post(format!("{base}/v1/completions"))
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                let mut chunks = 0u64;
+                let mut pending = String::new();
+                let mut stream = r.bytes_stream();
+                while let Some(piece) = stream.next().await {
+                    pending.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
+                    chunks += pending.matches("data: ").count() as u64;
+                    pending = pending
+                        .rsplit("data: ")
+                        .next()
+                        .unwrap_or_default()
+                        .to_string();
+                }
+                chunks
+            })
+        })
+        .collect();
+    let mut chunks = 0;
+    for t in tasks {
+        chunks += t.await.unwrap();
+    }
+    (chunks, cpu_seconds(pid) - before)
+}
+
+#[tokio::main]
+async fn main() {
+    let engine = Process::engine(
+        1,
+        &[
+            "--sim-time-scale",
+            "1000000",
+            "--max-model-len",
+            "8192",
+            "--num-kv-blocks",
+            "8192",
+            "--max-num-seqs",
+            "512",
+        ],
+    )
+    .await;
+    let scheduler = Process::scheduler(&["--instances", &engine.url(0)]).await;
+    let gateway = Process::gateway(&[
+        "--scheduler",
+        &scheduler.url(0),
+        "--served-model-name",
+        MODEL,
+    ])
+    .await;
+    let nginx = Nginx::start(&engine.url(0));
+    wait_healthy(&nginx.url).await;
+    let client = reqwest::Client::new();
+    for _ in 0..200 {
+        let r = client
+            .post(format!("{}/v1/completions", gateway.url(0)))
+            .json(&json!({"model": MODEL, "prompt": "x", "max_tokens": 1}))
+            .send()
+            .await;
+        if r.is_ok_and(|r| r.status() == 200) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let targets = [
+        ("engine", engine.url(0)),
+        ("nginx", nginx.url.clone()),
+        ("gateway", gateway.url(0)),
+    ];
+
+    let words = "the quick brown fox jumps over the lazy dog while a router places requests ";
+    let long_text = words.repeat(200);
+    let tokenized: Value = client
+        .post(format!("{}/tokenize", engine.url(0)))
+        .json(&json!({"prompt": long_text}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let long_tokens = tokenized["count"].as_u64().unwrap();
+    let ids: Vec<u32> = (1..=8).collect();
+    let cases = [
+        (
+            "short, 8 token ids (no tokenization)",
+            json!({"model": MODEL, "prompt": ids, "max_tokens": 1}),
+        ),
+        (
+            "short text",
+            json!({"model": MODEL, "prompt": "Say hi to the router", "max_tokens": 1}),
+        ),
+        (
+            "long text",
+            json!({"model": MODEL, "prompt": long_text, "max_tokens": 1}),
+        ),
+    ];
+    println!("long text prompt: {long_tokens} tokens");
+    println!("| request | engine p50 / p99 (us) | nginx added p50 / p99 | gateway added p50 / p99 | gateway / nginx added p50 |");
+    println!("|---|---|---|---|---|");
+    for (name, body) in &cases {
+        let l = latencies(&targets, body, 20, 50).await;
+        let (e50, e99) = l[0];
+        let (n50, n99) = (l[1].0 - e50, l[1].1 - e99);
+        let (g50, g99) = (l[2].0 - e50, l[2].1 - e99);
+        println!(
+            "| {name} | {e50:.0} / {e99:.0} | {n50:.0} / {n99:.0} | {g50:.0} / {g99:.0} | {:.2}x |",
+            g50 / n50
+        );
+    }
+
+    let gateway_pid = gateway.child.id();
+    let nginx_pid = nginx.child.id();
+    let (chunks, cpu) = stream_cpu(&gateway.url(0), gateway_pid, 16, 2000).await;
+    let (nchunks, ncpu) = stream_cpu(&nginx.url, nginx_pid, 16, 2000).await;
+    println!(
+        "stream relay CPU: gateway {:.2} us/chunk ({chunks} chunks, {cpu:.2} s); nginx {:.2} us/chunk ({nchunks} chunks, {ncpu:.2} s)",
+        cpu * 1e6 / chunks as f64,
+        ncpu * 1e6 / nchunks as f64
+    );
+
+    let short = &cases[0].1;
+    for (name, base) in &targets {
+        let rps = throughput(base, short, 128, 5.0).await;
+        println!("throughput {name}: {rps:.0} requests/s (128 clients, short token-id requests)");
+    }
+}
