@@ -105,33 +105,41 @@ impl Session {
         }
     }
 
+    /// The next step that is already here, without waiting for the upstream.
+    pub fn ready(&mut self) -> Option<Step> {
+        if let Some(held) = self.held.take() {
+            let view = ChunkView::parse(&held);
+            return Some(Step::Chunk(held, view));
+        }
+        while let Some(event) = self.splitter.next_event() {
+            if event.is_done() {
+                return Some(Step::Done);
+            }
+            self.generated.extend_from_slice(&event.token_ids);
+            let Some(data) = event.data else { continue };
+            let Some(data) = self.rewrite_resumed(data) else {
+                continue;
+            };
+            let view = ChunkView::parse(&data);
+            if let Some(view) = &view {
+                self.saw_finish |= view.choices.iter().any(|c| c.finish_reason.is_some());
+                if self.resume.is_some() && !view.choices.is_empty() {
+                    if let Some(c) = view.choices.first() {
+                        self.sent_text.push_str(c.new_text());
+                    }
+                    self.last_chunk = Some(data.clone());
+                }
+            }
+            return Some(Step::Chunk(data, view));
+        }
+        None
+    }
+
     /// The next step of the answer.
     pub async fn next(&mut self) -> Step {
         loop {
-            if let Some(held) = self.held.take() {
-                let view = ChunkView::parse(&held);
-                return Step::Chunk(held, view);
-            }
-            if let Some(event) = self.splitter.next_event() {
-                if event.is_done() {
-                    return Step::Done;
-                }
-                self.generated.extend_from_slice(&event.token_ids);
-                let Some(data) = event.data else { continue };
-                let Some(data) = self.rewrite_resumed(data) else {
-                    continue;
-                };
-                let view = ChunkView::parse(&data);
-                if let Some(view) = &view {
-                    self.saw_finish |= view.choices.iter().any(|c| c.finish_reason.is_some());
-                    if self.resume.is_some() && !view.choices.is_empty() {
-                        if let Some(c) = view.choices.first() {
-                            self.sent_text.push_str(c.new_text());
-                        }
-                        self.last_chunk = Some(data.clone());
-                    }
-                }
-                return Step::Chunk(data, view);
+            if let Some(step) = self.ready() {
+                return step;
             }
             let read = tokio::time::timeout_at(self.deadline, self.body.next()).await;
             let broken = match read {
@@ -295,13 +303,15 @@ pub fn deadline_error() -> ApiError {
     e
 }
 
-/// One SSE event carrying `data`.
-fn frame(data: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(data.len() + 8);
+/// The stream's last event.
+const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// Appends one SSE event carrying `data`.
+fn put_frame(out: &mut BytesMut, data: &[u8]) {
+    out.reserve(data.len() + 8);
     out.put_slice(b"data: ");
     out.put_slice(data);
     out.put_slice(b"\n\n");
-    out.freeze()
 }
 
 /// Relay work of one request, for `request_postprocess_duration_milliseconds`.
@@ -328,33 +338,46 @@ pub fn stream_body(mut session: Session, mut observer: RelayObserver) -> Body {
         spent: Duration::ZERO,
     };
     let events = async_stream::stream! {
+        let mut step = session.next().await;
         loop {
-            let step = session.next().await;
+            // Everything already here goes out in one write.
             let started = Instant::now();
-            match step {
-                Step::Chunk(data, view) => {
-                    if let Some(view) = &view {
-                        observer.observe(view, started);
-                        if view.is_usage_only() && !include_usage {
-                            timer.spent += started.elapsed();
-                            continue;
+            let mut out = BytesMut::new();
+            let mut ended = false;
+            loop {
+                match step {
+                    Step::Chunk(data, view) => {
+                        let skip = view.as_ref().is_some_and(|v| {
+                            observer.observe(v, started);
+                            v.is_usage_only() && !include_usage
+                        });
+                        if !skip {
+                            put_frame(&mut out, &data);
                         }
                     }
-                    let out = frame(&data);
-                    timer.spent += started.elapsed();
-                    yield Ok::<Bytes, std::convert::Infallible>(out);
+                    Step::Done => {
+                        out.put_slice(DONE);
+                        ended = true;
+                    }
+                    Step::Failed(e) => {
+                        put_frame(&mut out, &serde_json::to_vec(&e.body).unwrap_or_default());
+                        out.put_slice(DONE);
+                        ended = true;
+                    }
                 }
-                Step::Done => {
-                    yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
-                    break;
-                }
-                Step::Failed(e) => {
-                    let error = serde_json::to_vec(&e.body).unwrap_or_default();
-                    yield Ok(frame(&error));
-                    yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
-                    break;
+                match session.ready() {
+                    Some(next) if !ended => step = next,
+                    _ => break,
                 }
             }
+            timer.spent += started.elapsed();
+            if !out.is_empty() {
+                yield Ok::<Bytes, std::convert::Infallible>(out.freeze());
+            }
+            if ended {
+                break;
+            }
+            step = session.next().await;
         }
     };
     Body::from_stream(events)

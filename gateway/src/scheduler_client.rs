@@ -45,7 +45,11 @@ pub struct RemoteScheduler {
     known: Mutex<Vec<KnownInstance>>,
     down_until: Mutex<Option<Instant>>,
     cursor: AtomicU64,
+    releases: tokio::sync::mpsc::UnboundedSender<String>,
 }
+
+/// Most releases sent in one batch.
+const RELEASE_BATCH: usize = 256;
 
 impl SchedulerClient {
     /// Places a request.
@@ -72,6 +76,7 @@ impl RemoteScheduler {
     /// A client of the scheduler at `base`; starts refreshing its instance list and sending
     /// heartbeats as `gateway_id` on the current Tokio runtime.
     pub fn start(base: &str, gateway_id: String) -> Arc<RemoteScheduler> {
+        let (releases, pending) = tokio::sync::mpsc::unbounded_channel();
         let remote = Arc::new(RemoteScheduler {
             client: reqwest::Client::new(),
             base: base.trim_end_matches('/').to_string(),
@@ -79,7 +84,9 @@ impl RemoteScheduler {
             known: Mutex::new(Vec::new()),
             down_until: Mutex::new(None),
             cursor: AtomicU64::new(0),
+            releases,
         });
+        tokio::spawn(send_releases(Arc::downgrade(&remote), pending));
         let refreshing = Arc::downgrade(&remote);
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(REFRESH_EVERY);
@@ -206,22 +213,41 @@ impl RemoteScheduler {
         })
     }
 
+    /// Queues a release; they go out in batches, one request at a time.
     fn release(&self, request_id: &str) {
-        if self.scheduler_down() {
+        let _ = self.releases.send(request_id.to_string());
+    }
+}
+
+/// Sends queued releases: whatever accumulated while the previous batch was on its way goes in
+/// the next one, so a busy gateway sends few release requests and an idle one sends each at once.
+async fn send_releases(
+    remote: std::sync::Weak<RemoteScheduler>,
+    mut pending: tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let mut ids = Vec::with_capacity(RELEASE_BATCH);
+    while pending.recv_many(&mut ids, RELEASE_BATCH).await > 0 {
+        let Some(remote) = remote.upgrade() else {
             return;
-        }
-        let body = ReleaseRequest {
-            request_id: request_id.to_string(),
-            gateway: Some(self.gateway_id.clone()),
         };
-        let request = self
-            .client
-            .post(format!("{}/v1/release", self.base))
-            .json(&body)
-            .timeout(SCHEDULE_TIMEOUT);
-        tokio::spawn(async move {
+        if remote.scheduler_down() {
             // A lost release expires in the scheduler after its dispatch TTL.
-            let _ = request.send().await;
-        });
+            ids.clear();
+            continue;
+        }
+        let batch: Vec<ReleaseRequest> = ids
+            .drain(..)
+            .map(|request_id| ReleaseRequest {
+                request_id,
+                gateway: Some(remote.gateway_id.clone()),
+            })
+            .collect();
+        let _ = remote
+            .client
+            .post(format!("{}/v1/release", remote.base))
+            .json(&batch)
+            .timeout(SCHEDULE_TIMEOUT)
+            .send()
+            .await;
     }
 }

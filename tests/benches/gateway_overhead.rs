@@ -27,7 +27,7 @@ impl Nginx {
         std::fs::create_dir_all(&dir).unwrap();
         let upstream = upstream.trim_start_matches("http://");
         let conf = format!(
-            "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+            "worker_processes 1;\nmaster_process off;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
              events {{ worker_connections 4096; }}\n\
              http {{\n  access_log off;\n  client_body_temp_path {d};\n  proxy_temp_path {d};\n\
                upstream engine {{ server {upstream}; keepalive 256; }}\n\
@@ -192,54 +192,38 @@ async fn stream_cpu(base: &str, pid: u32, streams: usize, tokens: u32) -> (u64, 
     (chunks, cpu_seconds(pid) - before)
 }
 
-#[tokio::main]
-async fn main() {
-    let engine = Process::engine(
-        1,
-        &[
-            "--sim-time-scale",
-            "1000000",
-            "--max-model-len",
-            "8192",
-            "--num-kv-blocks",
-            "8192",
-            "--max-num-seqs",
-            "512",
-        ],
-    )
-    .await;
-    let scheduler = Process::scheduler(&["--instances", &engine.url(0)]).await;
-    let gateway = Process::gateway(&[
-        "--scheduler",
-        &scheduler.url(0),
-        "--served-model-name",
-        MODEL,
-    ])
-    .await;
-    let nginx = Nginx::start(&engine.url(0));
-    wait_healthy(&nginx.url).await;
+/// Waits until the gateway at `base` answers a request.
+async fn until_serving(base: &str) {
     let client = reqwest::Client::new();
     for _ in 0..200 {
         let r = client
-            .post(format!("{}/v1/completions", gateway.url(0)))
+            .post(format!("{base}/v1/completions"))
             .json(&json!({"model": MODEL, "prompt": "x", "max_tokens": 1}))
             .send()
             .await;
         if r.is_ok_and(|r| r.status() == 200) {
-            break;
+            return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let targets = [
-        ("engine", engine.url(0)),
-        ("nginx", nginx.url.clone()),
-        ("gateway", gateway.url(0)),
-    ];
+    panic!("{base} never served");
+}
 
+/// Every measurement for one setup: the engine at `engine`, the gateway at `gateway` (process
+/// `gateway_pid`), and nginx started here over the same engine.
+async fn measure(setup: &str, engine: &str, gateway: &str, gateway_pid: Option<u32>) {
+    let nginx = Nginx::start(engine);
+    wait_healthy(&nginx.url).await;
+    until_serving(gateway).await;
+    let targets = [
+        ("engine", engine.to_string()),
+        ("nginx", nginx.url.clone()),
+        ("gateway", gateway.to_string()),
+    ];
     let words = "the quick brown fox jumps over the lazy dog while a router places requests ";
-    let long_text = words.repeat(200);
-    let tokenized: Value = client
-        .post(format!("{}/tokenize", engine.url(0)))
+    let long_text = words.repeat(60);
+    let tokenized: Value = reqwest::Client::new()
+        .post(format!("{engine}/tokenize"))
         .json(&json!({"prompt": long_text}))
         .send()
         .await
@@ -259,12 +243,12 @@ async fn main() {
             json!({"model": MODEL, "prompt": "Say hi to the router", "max_tokens": 1}),
         ),
         (
-            "long text",
+            &*format!("{long_tokens}-token text"),
             json!({"model": MODEL, "prompt": long_text, "max_tokens": 1}),
         ),
     ];
-    println!("long text prompt: {long_tokens} tokens");
-    println!("| request | engine p50 / p99 (us) | nginx added p50 / p99 | gateway added p50 / p99 | gateway / nginx added p50 |");
+    println!("\n### {setup}\n");
+    println!("| request | engine p50 / p99 (us) | nginx adds p50 / p99 | gateway adds p50 / p99 | gateway / nginx, added p50 |");
     println!("|---|---|---|---|---|");
     for (name, body) in &cases {
         let l = latencies(&targets, body, 20, 50).await;
@@ -276,20 +260,60 @@ async fn main() {
             g50 / n50
         );
     }
-
-    let gateway_pid = gateway.child.id();
-    let nginx_pid = nginx.child.id();
-    let (chunks, cpu) = stream_cpu(&gateway.url(0), gateway_pid, 16, 2000).await;
-    let (nchunks, ncpu) = stream_cpu(&nginx.url, nginx_pid, 16, 2000).await;
-    println!(
-        "stream relay CPU: gateway {:.2} us/chunk ({chunks} chunks, {cpu:.2} s); nginx {:.2} us/chunk ({nchunks} chunks, {ncpu:.2} s)",
-        cpu * 1e6 / chunks as f64,
-        ncpu * 1e6 / nchunks as f64
-    );
-
+    if let Some(pid) = gateway_pid {
+        let (chunks, cpu) = stream_cpu(gateway, pid, 16, 2000).await;
+        let (nchunks, ncpu) = stream_cpu(&nginx.url, nginx.child.id(), 16, 2000).await;
+        println!(
+            "\nStream relay CPU: gateway {:.2} us per chunk ({chunks} chunks, {cpu:.2} s of CPU); nginx {:.2} us per chunk ({nchunks} chunks, {ncpu:.2} s)\n",
+            cpu * 1e6 / chunks as f64,
+            ncpu * 1e6 / nchunks as f64
+        );
+    }
     let short = &cases[0].1;
     for (name, base) in &targets {
         let rps = throughput(base, short, 128, 5.0).await;
-        println!("throughput {name}: {rps:.0} requests/s (128 clients, short token-id requests)");
+        println!("- throughput through {name}: {rps:.0} requests/s (128 keep-alive clients, short token-id requests)");
     }
+}
+
+#[tokio::main]
+async fn main() {
+    let sim = [
+        "--backend",
+        "sim",
+        "--sim-time-scale",
+        "1000000",
+        "--max-model-len",
+        "8192",
+        "--num-kv-blocks",
+        "8192",
+        "--max-num-seqs",
+        "512",
+    ];
+    {
+        let serve = Process::serve(1, &sim).await;
+        measure(
+            "`switchyard serve --engines 1` (scheduler in process)",
+            &serve.engine_url(0),
+            &serve.url(0),
+            None,
+        )
+        .await;
+    }
+    let engine = Process::engine(1, &sim[2..]).await;
+    let scheduler = Process::scheduler(&["--instances", &engine.url(0)]).await;
+    let gateway = Process::gateway(&[
+        "--scheduler",
+        &scheduler.url(0),
+        "--served-model-name",
+        MODEL,
+    ])
+    .await;
+    measure(
+        "separate engine, scheduler and gateway processes",
+        &engine.url(0),
+        &gateway.url(0),
+        Some(gateway.child.id()),
+    )
+    .await;
 }

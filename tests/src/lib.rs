@@ -51,6 +51,8 @@ pub struct Process {
     pub child: Child,
     /// First port it serves.
     pub port: u16,
+    /// First engine port of `switchyard serve` (0 for other subcommands).
+    pub engine_port: u16,
 }
 
 impl Process {
@@ -66,7 +68,11 @@ impl Process {
             .stdout(Stdio::null())
             .spawn()
             .expect("switchyard starts");
-        Process { child, port }
+        Process {
+            child,
+            port,
+            engine_port: 0,
+        }
     }
 
     /// Starts `switchyard engine` with `args` (host and port are chosen here) serving
@@ -113,15 +119,12 @@ impl Process {
     /// Starts `switchyard serve` with `engines` engines and `args`, and waits for the gateway's
     /// `/health` (its URL is `url(0)`).
     pub async fn serve(engines: u16, args: &[&str]) -> Process {
-        let (count, engine_port) = (engines.to_string(), free_ports(engines).to_string());
-        let mut all = vec![
-            "--engines",
-            count.as_str(),
-            "--engine-port",
-            engine_port.as_str(),
-        ];
+        let engine_port = free_ports(engines);
+        let (count, first) = (engines.to_string(), engine_port.to_string());
+        let mut all = vec!["--engines", count.as_str(), "--engine-port", first.as_str()];
         all.extend_from_slice(args);
-        let process = Self::spawn("serve", free_ports(1), &all);
+        let mut process = Self::spawn("serve", free_ports(1), &all);
+        process.engine_port = engine_port;
         wait_healthy(&process.url(0)).await;
         process
     }
@@ -129,6 +132,11 @@ impl Process {
     /// Base URL of instance `i`.
     pub fn url(&self, i: u16) -> String {
         format!("http://127.0.0.1:{}", self.port + i)
+    }
+
+    /// Base URL of `switchyard serve`'s engine `i`.
+    pub fn engine_url(&self, i: u16) -> String {
+        format!("http://127.0.0.1:{}", self.engine_port + i)
     }
 
     /// Sends SIGTERM.

@@ -13,7 +13,7 @@ use switchyard_protocol::schedule::{
     GatewayHeartbeat, ReleaseRequest, ReportRequest, ScheduleRequest,
 };
 
-/// `POST /v1/schedule`, `/v1/release`, `/v1/report`; `GET /v1/instances`, `/health`, `/metrics`.
+/// `POST /v1/schedule`, `/v1/release` (one or a JSON array), `/v1/report`; `GET /v1/instances`, `/health`, `/metrics`.
 pub fn router(service: Arc<SchedulerService>) -> Router {
     Router::new()
         .route("/v1/schedule", post(schedule))
@@ -54,13 +54,27 @@ async fn release(
     State(service): State<Arc<SchedulerService>>,
     body: axum::body::Bytes,
 ) -> Response {
-    match parse::<ReleaseRequest>(&body) {
-        Ok(r) => {
+    match parse::<Releases>(&body) {
+        Ok(Releases::One(r)) => {
             service.release(&r.request_id, r.gateway.as_deref());
+            StatusCode::OK.into_response()
+        }
+        Ok(Releases::Many(list)) => {
+            for r in list {
+                service.release(&r.request_id, r.gateway.as_deref());
+            }
             StatusCode::OK.into_response()
         }
         Err(e) => error(e),
     }
+}
+
+/// `/v1/release` takes one release or a batch of them.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum Releases {
+    One(ReleaseRequest),
+    Many(Vec<ReleaseRequest>),
 }
 
 async fn report(State(service): State<Arc<SchedulerService>>, body: axum::body::Bytes) -> Response {
