@@ -205,3 +205,42 @@ pub fn python_has(module: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success())
 }
+
+/// The instance list of the scheduler at `base`.
+pub async fn scheduler_instances(client: &reqwest::Client, base: &str) -> Vec<serde_json::Value> {
+    client
+        .get(format!("{base}/v1/instances"))
+        .send()
+        .await
+        .expect("the scheduler answers")
+        .json()
+        .await
+        .expect("a JSON list")
+}
+
+/// Waits up to 10 s until the instance list of the scheduler at `base` satisfies `done`.
+pub async fn wait_for_instances(
+    client: &reqwest::Client,
+    base: &str,
+    what: &str,
+    done: impl Fn(&[serde_json::Value]) -> bool,
+) {
+    for _ in 0..200 {
+        if done(&scheduler_instances(client, base).await) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the scheduler never saw {what}");
+}
+
+/// Waits until the scheduler at `base` knows `n` instances, all schedulable.
+pub async fn until_schedulable(client: &reqwest::Client, base: &str, n: usize) {
+    wait_for_instances(
+        client,
+        base,
+        &format!("{n} schedulable instances"),
+        |list| list.len() == n && list.iter().all(|v| v["schedulable"] == true),
+    )
+    .await;
+}

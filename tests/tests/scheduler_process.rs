@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 use std::time::Duration;
 use switchyard_protocol::hashing::block_hashes;
-use switchyard_tests::Process;
+use switchyard_tests::{scheduler_instances, until_schedulable, wait_for_instances, Process};
 
 async fn schedule(client: &reqwest::Client, scheduler: &Process, body: Value) -> Value {
     client
@@ -18,44 +18,6 @@ async fn schedule(client: &reqwest::Client, scheduler: &Process, body: Value) ->
         .unwrap()
 }
 
-async fn instances(client: &reqwest::Client, scheduler: &Process) -> Vec<Value> {
-    client
-        .get(format!("{}/v1/instances", scheduler.url(0)))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
-/// Waits until the scheduler's instance list satisfies `done`.
-async fn until(
-    client: &reqwest::Client,
-    scheduler: &Process,
-    what: &str,
-    done: impl Fn(&[Value]) -> bool,
-) {
-    for _ in 0..200 {
-        if done(&instances(client, scheduler).await) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the scheduler never saw {what}");
-}
-
-/// Waits until `n` instances are known, all schedulable.
-async fn until_ready(client: &reqwest::Client, scheduler: &Process, n: usize) {
-    until(
-        client,
-        scheduler,
-        &format!("{n} schedulable instances"),
-        |list| list.len() == n && list.iter().all(|v| v["schedulable"] == true),
-    )
-    .await;
-}
-
 #[tokio::test]
 async fn the_scheduler_follows_real_engines() {
     let engines = Process::engine(4, &["--sim-time-scale", "1000"]).await;
@@ -63,7 +25,7 @@ async fn the_scheduler_follows_real_engines() {
     let list = urls.join(",");
     let scheduler = Process::scheduler(&["--instances", &list, "--policy", "cache-aware"]).await;
     let client = reqwest::Client::new();
-    until_ready(&client, &scheduler, 4).await;
+    until_schedulable(&client, &scheduler.url(0), 4).await;
 
     // A burst spreads evenly: the in-flight account sees each dispatch before any status does.
     let mut counts = std::collections::HashMap::new();
@@ -90,7 +52,7 @@ async fn the_scheduler_follows_real_engines() {
     )
     .await;
     let target = placed["instance_id"].as_str().unwrap().to_string();
-    let before = instances(&client, &scheduler)
+    let before = scheduler_instances(&client, &scheduler.url(0))
         .await
         .into_iter()
         .find(|v| v["meta"]["id"] == target.as_str())
@@ -105,7 +67,7 @@ async fn the_scheduler_follows_real_engines() {
     assert_eq!(response.status(), 200);
     let mut reconciled = false;
     for _ in 0..100 {
-        let now = instances(&client, &scheduler)
+        let now = scheduler_instances(&client, &scheduler.url(0))
             .await
             .into_iter()
             .find(|v| v["meta"]["id"] == target.as_str())
@@ -183,8 +145,8 @@ async fn the_scheduler_scrapes_engines_by_their_metrics_dialect() {
     ])
     .await;
     let client = reqwest::Client::new();
-    until_ready(&client, &scheduler, 3).await;
-    let list = instances(&client, &scheduler).await;
+    until_schedulable(&client, &scheduler.url(0), 3).await;
+    let list = scheduler_instances(&client, &scheduler.url(0)).await;
     let kinds: Vec<&str> = list
         .iter()
         .map(|v| v["meta"]["kind"].as_str().unwrap())
@@ -209,13 +171,18 @@ async fn the_scheduler_scrapes_engines_by_their_metrics_dialect() {
 
 /// Waits until the scheduler knows exactly `ids`, all schedulable.
 async fn until_instances(client: &reqwest::Client, scheduler: &Process, ids: &[String]) {
-    until(client, scheduler, &format!("exactly {ids:?}"), |list| {
-        let known: Vec<&str> = list
-            .iter()
-            .filter_map(|v| v["meta"]["id"].as_str())
-            .collect();
-        known == ids && list.iter().all(|v| v["schedulable"] == true)
-    })
+    wait_for_instances(
+        client,
+        &scheduler.url(0),
+        &format!("exactly {ids:?}"),
+        |list| {
+            let known: Vec<&str> = list
+                .iter()
+                .filter_map(|v| v["meta"]["id"].as_str())
+                .collect();
+            known == ids && list.iter().all(|v| v["schedulable"] == true)
+        },
+    )
     .await;
 }
 
@@ -259,7 +226,7 @@ async fn instances_are_found_by_dns_name() {
     let client = reqwest::Client::new();
     let expected = format!("http://127.0.0.1:{}", engines.port);
     for _ in 0..200 {
-        let list = instances(&client, &scheduler).await;
+        let list = scheduler_instances(&client, &scheduler.url(0)).await;
         if list
             .iter()
             .any(|v| v["meta"]["id"] == expected.as_str() && v["schedulable"] == true)

@@ -5,7 +5,7 @@
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::time::Duration;
-use switchyard_tests::{metric_value, metrics_text, Process};
+use switchyard_tests::{metric_value, metrics_text, until_schedulable, Process};
 
 const MODEL: &str = "qwen3-0.6b";
 
@@ -24,22 +24,19 @@ async fn cluster() -> (Vec<Process>, Process, Process) {
         MODEL,
     ])
     .await;
-    let client = reqwest::Client::new();
-    for _ in 0..200 {
-        let list: Vec<Value> = client
-            .get(format!("{}/v1/instances", scheduler.url(0)))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap_or_default();
-        if list.iter().filter(|v| v["schedulable"] == true).count() == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_schedulable(&reqwest::Client::new(), &scheduler.url(0), 2).await;
     (engines, scheduler, gateway)
+}
+
+/// Which of `engines` the gateway's answer came from.
+fn serving_engine(engines: &[Process], response: &reqwest::Response) -> usize {
+    let serving = response.headers()["x-switchyard-instance"]
+        .to_str()
+        .unwrap();
+    engines
+        .iter()
+        .position(|e| e.url(0) == serving)
+        .expect("the answer names its engine")
 }
 
 /// The text and usage of a streamed answer.
@@ -88,14 +85,7 @@ async fn a_stream_continues_on_another_engine_when_its_engine_dies() {
         .send()
         .await
         .unwrap();
-    let serving = response.headers()["x-switchyard-instance"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    let victim = engines
-        .iter()
-        .position(|e| e.url(0) == serving)
-        .expect("the answer names its engine");
+    let victim = serving_engine(&engines, &response);
     let mut body = response.bytes_stream();
     let mut text = String::new();
     while text.matches("data: ").count() < 20 {
@@ -139,11 +129,7 @@ async fn a_client_that_leaves_frees_the_engine_request() {
         .send()
         .await
         .unwrap();
-    let serving = response.headers()["x-switchyard-instance"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    let engine = engines.iter().find(|e| e.url(0) == serving).unwrap();
+    let engine = &engines[serving_engine(&engines, &response)];
     let mut body = response.bytes_stream();
     body.next().await.unwrap().unwrap();
     let running = |text: &str| metric_value(text, "vllm:num_requests_running");
