@@ -64,7 +64,8 @@ pub struct Session {
     resumed_after: Option<usize>,
     last_chunk: Option<Bytes>,
     held: Option<Bytes>,
-    saw_finish: bool,
+    /// Choices that ended so far.
+    finished: usize,
 }
 
 impl Session {
@@ -101,7 +102,7 @@ impl Session {
             resumed_after: None,
             last_chunk: None,
             held: None,
-            saw_finish: false,
+            finished: 0,
         }
     }
 
@@ -122,7 +123,11 @@ impl Session {
             };
             let view = ChunkView::parse(&data);
             if let Some(view) = &view {
-                self.saw_finish |= view.choices.iter().any(|c| c.finish_reason.is_some());
+                self.finished += view
+                    .choices
+                    .iter()
+                    .filter(|c| c.finish_reason.is_some())
+                    .count();
                 if self.resume.is_some() && !view.choices.is_empty() {
                     if let Some(c) = view.choices.first() {
                         self.sent_text.push_str(c.new_text());
@@ -148,14 +153,19 @@ impl Session {
                     self.splitter.push(&bytes);
                     continue;
                 }
+                // Every choice ended: only the usage chunk or `[DONE]` was lost.
+                Ok(_) if self.all_finished() => return Step::Done,
                 Ok(Some(Err(e))) => format!("the stream from {} broke: {e}", self.instance),
-                Ok(None) if self.saw_finish && !self.splitter.has_partial() => return Step::Done,
                 Ok(None) => format!("{} ended its stream early", self.instance),
             };
             if let Err(e) = self.resume_elsewhere(&broken).await {
                 return Step::Failed(e);
             }
         }
+    }
+
+    fn all_finished(&self) -> bool {
+        self.finished >= self.upstream.choices() && !self.splitter.has_partial()
     }
 
     /// Re-issues the request on another instance after its stream broke with `why`.

@@ -48,6 +48,12 @@ impl UpstreamRequest {
         one_prompt && n == 1 && !echo
     }
 
+    /// How many choices the answer has: `n` for each prompt.
+    pub fn choices(&self) -> usize {
+        let n = self.body.get("n").and_then(Value::as_u64).unwrap_or(1) as usize;
+        n * self.prompt_ids.as_ref().map_or(1, Vec::len).max(1)
+    }
+
     /// The single tokenized prompt, if there is one.
     pub fn prompt(&self) -> Option<&[u32]> {
         match self.prompt_ids.as_deref() {

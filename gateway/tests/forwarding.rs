@@ -35,6 +35,8 @@ enum Behaviour {
     Hang,
     /// Streams one chunk, then breaks the connection.
     BreakAfterFirstChunk,
+    /// Streams the last chunk (with its finish reason), then breaks before usage and `[DONE]`.
+    BreakAfterLastChunk,
 }
 
 /// The requests a fake upstream saw: authorization header and body.
@@ -105,7 +107,11 @@ async fn fake(behaviour: Behaviour) -> Fake {
                     ().into_response()
                 }
                 _ => {
-                    let first = format!("data: {}\n\n", chunk("partial", None));
+                    let first = match behaviour {
+                        Behaviour::BreakAfterLastChunk => chunk("all", Some("stop")),
+                        _ => chunk("partial", None),
+                    };
+                    let first = format!("data: {first}\n\n");
                     let broken = async {
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         Err(std::io::Error::other("broken on purpose"))
@@ -497,4 +503,24 @@ async fn routes_send_models_to_endpoints_with_fallback_mirror_and_reload() {
         "{m}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_stream_broken_after_its_last_chunk_ends_normally() {
+    let breaking = fake(Behaviour::BreakAfterLastChunk).await;
+    let gw = gateway(&[sw(&breaking.url)], flags(0)).await;
+    let (status, _, text) = call(
+        &gw,
+        json!({"model": "m", "prompt": "hello", "stream": true}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(!text.contains("error"), "{text}");
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let (status, _, body) = complete(&gw).await;
+    assert_eq!(
+        (status, &body["choices"][0]["text"]),
+        (200, &json!("all")),
+        "{body}"
+    );
 }
