@@ -10,6 +10,7 @@ use crate::preprocess::Prepared;
 use crate::routes::{Endpoint, Plan, Target};
 use crate::scheduler_client::SchedulerClient;
 use crate::upstream::{Resume, UpstreamRequest};
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_protocol::openai::ApiError;
@@ -147,12 +148,12 @@ impl Forwarder {
 
     /// Tries the plan's targets in order; `prepare` readies the request for a pool model. The
     /// first answer that is not a failure or overload is returned, or the last one.
-    pub async fn open(
+    pub async fn open<'p>(
         &self,
         plan: &Plan,
         request_id: &str,
         upstream: &UpstreamRequest,
-        prepare: impl Fn(&str) -> Result<Prepared, ApiError>,
+        prepare: impl for<'m> Fn(&'m str) -> Result<Cow<'p, Prepared>, ApiError>,
     ) -> Result<Opened, ApiError> {
         let mut last: Option<Result<Opened, ApiError>> = None;
         let mut after_429 = false;

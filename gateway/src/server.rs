@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::StreamExt;
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_protocol::openai::{ApiError, ModelCard, ModelList};
@@ -220,13 +221,13 @@ async fn admit_and_forward(
             .mirror(mirror, &plan.label, &id, &upstream, deadline);
     }
     let prepare_for = |name: &str| match (&prepared, served(name)) {
-        (Some(p), _) if p.model == name => Ok(p.clone()),
-        (_, Some(m)) => prepare(route, &body, m),
+        (Some(p), _) if p.model == name => Ok(Cow::Borrowed(p)),
+        (_, Some(m)) => prepare(route, &body, m).map(Cow::Owned),
         (_, None) => Err(ApiError::model_not_found(name)),
     };
     let opened = tokio::time::timeout_at(
         deadline,
-        gateway.forwarder.open(&plan, &id, &upstream, prepare_for),
+        gateway.forwarder.open(&plan, &id, &upstream, &prepare_for),
     )
     .await
     .map_err(|_| deadline_error())??;
@@ -236,7 +237,10 @@ async fn admit_and_forward(
         return Ok((passed_through(opened.response, instance), id));
     }
     let resume = opened.pool_model.as_deref().and_then(|name| {
-        let prepared = prepare_for(name).ok()?;
+        let prepared = match prepared {
+            Some(p) if p.model == name => p,
+            _ => prepare(route, &body, served(name)?).ok()?,
+        };
         Some(ResumeWith {
             tokenizer: served(name)?.tokenizer.clone(),
             prepared,
