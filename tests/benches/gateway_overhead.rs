@@ -9,7 +9,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use switchyard_tests::{free_ports, wait_healthy, Process};
+use switchyard_tests::{free_ports, until_completing, wait_healthy, Process};
 
 const MODEL: &str = "qwen3-0.6b";
 
@@ -192,29 +192,12 @@ async fn stream_cpu(base: &str, pid: u32, streams: usize, tokens: u32) -> (u64, 
     (chunks, cpu_seconds(pid) - before)
 }
 
-/// Waits until the gateway at `base` answers a request.
-async fn until_serving(base: &str) {
-    let client = reqwest::Client::new();
-    for _ in 0..200 {
-        let r = client
-            .post(format!("{base}/v1/completions"))
-            .json(&json!({"model": MODEL, "prompt": "x", "max_tokens": 1}))
-            .send()
-            .await;
-        if r.is_ok_and(|r| r.status() == 200) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{base} never served");
-}
-
 /// Every measurement for one setup: the engine at `engine`, the gateway at `gateway` (process
 /// `gateway_pid`), and nginx started here over the same engine.
 async fn measure(setup: &str, engine: &str, gateway: &str, gateway_pid: Option<u32>) {
     let nginx = Nginx::start(engine);
     wait_healthy(&nginx.url).await;
-    until_serving(gateway).await;
+    until_completing(gateway).await;
     let targets = [
         ("engine", engine.to_string()),
         ("nginx", nginx.url.clone()),

@@ -244,3 +244,21 @@ pub async fn until_schedulable(client: &reqwest::Client, base: &str, n: usize) {
     )
     .await;
 }
+
+/// Waits up to 10 s until `base` answers a one-token completion (for a gateway: once its
+/// scheduler follows an instance).
+pub async fn until_completing(base: &str) {
+    let client = reqwest::Client::new();
+    for _ in 0..200 {
+        let sent = client
+            .post(format!("{base}/v1/completions"))
+            .json(&serde_json::json!({"prompt": "hi", "max_tokens": 1}))
+            .send()
+            .await;
+        if sent.is_ok_and(|r| r.status() == 200) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{base} never answered a completion");
+}

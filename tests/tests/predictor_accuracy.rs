@@ -4,7 +4,7 @@
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use switchyard_tests::Process;
+use switchyard_tests::{until_schedulable, Process};
 
 const PROMPT: usize = 2000;
 
@@ -80,20 +80,7 @@ async fn predicted_ttft_is_within_20_percent_under_steady_load() {
         Process::scheduler(&["--instances", &instances, "--policy", "predictive"]).await;
     let client = reqwest::Client::new();
     let base = scheduler.url(0);
-    for _ in 0..200 {
-        let list: Vec<Value> = client
-            .get(format!("{base}/v1/instances"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if list.first().is_some_and(|v| v["schedulable"] == true) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_schedulable(&client, &base, 1).await;
     // Warm-up: the predictor learns this engine's step times from its step samples.
     for i in 0..8 {
         one_request(client.clone(), base.clone(), format!("warm-{i}"), i).await;

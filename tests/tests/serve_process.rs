@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::time::Duration;
-use switchyard_tests::{metric_value, metrics_text, Process};
+use switchyard_tests::{metric_value, metrics_text, until_completing, Process};
 
 #[tokio::test]
 async fn one_endpoint_serves_and_spreads_over_its_engines() {
@@ -23,21 +23,7 @@ async fn one_endpoint_serves_and_spreads_over_its_engines() {
     let base = serve.url(0);
     let client = reqwest::Client::new();
     // The engines are followed once their first status arrives.
-    let mut ready = false;
-    for _ in 0..100 {
-        let r = client
-            .post(format!("{base}/v1/completions"))
-            .json(&json!({"prompt": "hi", "max_tokens": 1}))
-            .send()
-            .await
-            .unwrap();
-        if r.status() == 200 {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready, "serve never answered");
+    until_completing(&base).await;
 
     let models: Value = client
         .get(format!("{base}/v1/models"))
