@@ -28,6 +28,14 @@ enum Command {
         #[command(flatten)]
         engine: switchyard_engine::config::EngineArgs,
     },
+    /// Run a backend directly on token ids: a prompt's logits, greedy tokens, step throughput.
+    Forward(switchyard_engine::forward_check::ForwardArgs),
+    /// Compile every CUDA kernel to PTX (no GPU needed) and report the first error or warning.
+    CudaKernels {
+        /// `compute_XY` architectures, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "80,90")]
+        arch: Vec<u32>,
+    },
     /// Run the gateway alone, in front of a scheduler.
     Gateway(switchyard_gateway::launcher::GatewayArgs),
     /// Run the scheduler alone, over a list of engine instances.
@@ -52,6 +60,15 @@ fn main() -> anyhow::Result<()> {
         Command::Engine { listen, engine } => {
             tracing::info!("switchyard engine starting with {listen:?} {engine:?}");
             runtime.block_on(switchyard_engine::launcher::run(listen, engine))
+        }
+        Command::Forward(args) => switchyard_engine::forward_check::run(args),
+        Command::CudaKernels { arch } => {
+            let sizes = switchyard_engine::backend::cuda::compile_kernels_to_ptx(&arch)
+                .map_err(anyhow::Error::msg)?;
+            for (file, bytes) in sizes {
+                println!("{file}: {bytes} bytes of PTX");
+            }
+            Ok(())
         }
         Command::Gateway(args) => {
             tracing::info!("switchyard gateway starting with {args:?}");

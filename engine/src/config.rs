@@ -1,6 +1,7 @@
 //! The engine's flags, each with an environment-variable twin, and how they become instances.
 
 use crate::backend::cpu::CpuBackend;
+use crate::backend::cuda::{cuda_available, CudaBackend, CudaModel, Limits};
 use crate::backend::sim::{GpuProfile, ModelShape, SimBackend, SimVocabulary, StepTimeModel};
 use crate::backend::Backend;
 use crate::core::CoreConfig;
@@ -23,6 +24,8 @@ pub enum BackendKind {
     Auto,
     /// Real math on the CPU.
     Cpu,
+    /// Real math on GPU 0, in bf16 (needs the CUDA driver, NVRTC and cuBLAS at run time).
+    Cuda,
     /// No math: modelled step times and deterministic words.
     Sim,
 }
@@ -137,14 +140,21 @@ impl EngineArgs {
         let tokenizer = Arc::new(tokenizer);
         let chat_template = chat_template.map(Arc::new);
         let kind = match self.backend {
-            BackendKind::Auto => {
-                tracing::info!("--backend auto: using cpu (no CUDA backend in this build)");
-                BackendKind::Cpu
-            }
+            BackendKind::Auto => match cuda_available() {
+                Ok(()) => {
+                    tracing::info!("--backend auto: using cuda");
+                    BackendKind::Cuda
+                }
+                Err(why) => {
+                    tracing::info!("--backend auto: using cpu because {why}");
+                    BackendKind::Cpu
+                }
+            },
             kind => kind,
         };
         let model = match kind {
             BackendKind::Sim => self.sim_model(&tokenizer)?,
+            BackendKind::Cuda => self.cuda_model(&dir, instances)?,
             _ => self.cpu_model(&dir)?,
         };
         let capacity = model.num_blocks * self.block_size;
@@ -207,7 +217,7 @@ impl EngineArgs {
                         max_body_bytes: self.max_body_bytes,
                     },
                     core,
-                    backend: (model.make_backend)(),
+                    backend: (model.make_backend)()?,
                     tokenizer: tokenizer.clone(),
                     chat_template: chat_template.clone(),
                     generation_defaults: dir.generation.clone(),
@@ -259,7 +269,10 @@ impl EngineArgs {
             max_positions: shape.max_position_embeddings as usize,
             num_blocks,
             make_backend: Box::new(move || {
-                Box::new(SimBackend::new(step_time.clone(), vocabulary.clone()))
+                Ok(Box::new(SimBackend::new(
+                    step_time.clone(),
+                    vocabulary.clone(),
+                )))
             }),
         })
     }
@@ -287,12 +300,68 @@ impl EngineArgs {
             max_positions: config.max_position_embeddings,
             num_blocks,
             make_backend: Box::new(move || {
-                Box::new(CpuBackend::new(
+                Ok(Box::new(CpuBackend::new(
                     config.clone(),
                     weights.clone(),
                     num_blocks,
                     block_size,
-                ))
+                )))
+            }),
+        })
+    }
+
+    /// The model on GPU 0, its KV cache sized by `--gpu-memory-utilization` of the memory the
+    /// weights leave, shared evenly by `instances`.
+    fn cuda_model(&self, dir: &ModelDir, instances: usize) -> anyhow::Result<BuiltModel> {
+        /// Room kept per instance for cuBLAS's workspace and the kernels' modules.
+        const RESERVE_PER_INSTANCE: usize = 256 << 20;
+        let config = dir.config.clone();
+        let model = CudaModel::load(&dir.path, &config)
+            .map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
+        let max_len = self.max_model_len.unwrap_or(config.max_position_embeddings);
+        let limits = Limits {
+            max_tokens: self.max_num_batched_tokens,
+            max_seqs: self.max_num_seqs,
+            max_blocks: max_len.div_ceil(self.block_size),
+        };
+        let per_block = model.kv_bytes_per_block(self.block_size);
+        let num_blocks = match self.num_kv_blocks {
+            Some(n) => n,
+            None => {
+                let (free, total) = model.memory().map_err(anyhow::Error::msg)?;
+                let per_instance = model.workspace_bytes(&limits) + RESERVE_PER_INSTANCE;
+                let budget = total as f64 * self.gpu_memory_utilization
+                    - (total - free) as f64
+                    - (instances * per_instance) as f64;
+                if budget < (instances * per_block) as f64 {
+                    bail!(
+                        "no KV block fits on {}: {:.1} GiB of {:.1} GiB are in use after loading the \
+                         weights, and each instance needs {:.2} GiB of workspace \
+                         (raise --gpu-memory-utilization or lower --max-num-batched-tokens)",
+                        model.device_name(),
+                        (total - free) as f64 / (1u64 << 30) as f64,
+                        total as f64 / (1u64 << 30) as f64,
+                        per_instance as f64 / (1u64 << 30) as f64
+                    );
+                }
+                (budget / (instances * per_block) as f64) as usize
+            }
+        };
+        tracing::info!(
+            device = model.device_name(),
+            num_blocks,
+            instances,
+            "KV cache planned"
+        );
+        let block_size = self.block_size;
+        Ok(BuiltModel {
+            name: dir.name.clone(),
+            max_positions: config.max_position_embeddings,
+            num_blocks,
+            make_backend: Box::new(move || {
+                let backend = CudaBackend::new(model.clone(), num_blocks, block_size, limits)
+                    .map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
+                Ok(Box::new(backend))
             }),
         })
     }
@@ -303,5 +372,5 @@ struct BuiltModel {
     name: String,
     max_positions: usize,
     num_blocks: usize,
-    make_backend: Box<dyn Fn() -> Box<dyn Backend>>,
+    make_backend: Box<dyn Fn() -> anyhow::Result<Box<dyn Backend>>>,
 }

@@ -272,6 +272,7 @@ impl EngineCore {
                     block_table: seq.blocks.clone(),
                     sample: end == seq.tokens.len(),
                     fingerprint: seq.fingerprint,
+                    argmax_only: seq.sampling.argmax_only(),
                 }
             })
             .collect();

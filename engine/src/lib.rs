@@ -9,6 +9,7 @@
 pub mod backend;
 pub mod config;
 pub mod core;
+pub mod forward_check;
 pub mod instance;
 pub mod kv;
 pub mod launcher;

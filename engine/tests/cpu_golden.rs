@@ -41,6 +41,7 @@ fn run(backend: &mut CpuBackend, tokens: &[u32], chunk: usize) -> Vec<(usize, Ve
                 block_table: TABLE.to_vec(),
                 sample: true,
                 fingerprint: 0,
+                argmax_only: false,
             }],
         };
         let logits = backend.forward(&batch).remove(0).expect("sampled");
@@ -94,7 +95,7 @@ fn cpu_logits_match_the_numpy_reference() {
 fn batched_equals_unbatched() {
     let dir = fixture("tiny-qwen3");
     let config = ModelConfig::from_dir(&dir).unwrap();
-    let weights = Arc::new(ModelWeights::load(&dir, &config).unwrap());
+    let weights = Arc::new(ModelWeights::<f32>::load(&dir, &config).unwrap());
     let a: Vec<u32> = vec![1, 2, 3, 4, 5, 6, 7];
     let b: Vec<u32> = vec![9, 8, 7];
     let alone = |tokens: &[u32]| {
@@ -111,6 +112,7 @@ fn batched_equals_unbatched() {
                 block_table: vec![0, 1],
                 sample: true,
                 fingerprint: 0,
+                argmax_only: false,
             },
             BatchSeq {
                 seq: 1,
@@ -119,6 +121,7 @@ fn batched_equals_unbatched() {
                 block_table: vec![2],
                 sample: true,
                 fingerprint: 0,
+                argmax_only: false,
             },
         ],
     };
@@ -138,7 +141,9 @@ fn loading_errors_name_the_problem() {
     let dir = fixture("tiny-qwen3");
     let mut config = ModelConfig::from_dir(&dir).unwrap();
     config.hidden_size = 48;
-    let err = ModelWeights::load(&dir, &config).unwrap_err().to_string();
+    let err = ModelWeights::<f32>::load(&dir, &config)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("model.layers.0.input_layernorm.weight") && err.contains("shape"),
         "{err}"

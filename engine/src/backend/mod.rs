@@ -5,6 +5,7 @@
 //! a backend only does the math (or, for [`sim`], models how long it would take).
 
 pub mod cpu;
+pub mod cuda;
 pub mod sim;
 
 use crate::kv::BlockId;
@@ -27,6 +28,9 @@ pub struct BatchSeq {
     pub sample: bool,
     /// Rolling hash of all the sequence's tokens (see [`crate::sched::Sequence::fingerprint`]).
     pub fingerprint: u64,
+    /// Only the most likely next token is needed (greedy, no log-probabilities, biases or
+    /// penalties), so a backend may return just that token as one-entry sparse logits.
+    pub argmax_only: bool,
 }
 
 /// Everything a backend needs for one step.

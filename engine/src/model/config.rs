@@ -76,6 +76,8 @@ struct RawConfig {
     rms_norm_eps: Option<f32>,
     rope_theta: Option<f32>,
     rope_scaling: Option<serde_json::Value>,
+    /// transformers 5 writes the RoPE settings, theta included, here.
+    rope_parameters: Option<serde_json::Value>,
     #[serde(default)]
     tie_word_embeddings: bool,
     max_position_embeddings: Option<usize>,
@@ -130,13 +132,21 @@ impl ModelConfig {
                 "head_dim {head_dim} must be even and positive"
             )));
         }
-        let rope_scaling = match &raw.rope_scaling {
+        let rope_settings = raw
+            .rope_scaling
+            .as_ref()
+            .filter(|v| !v.is_null())
+            .or(raw.rope_parameters.as_ref());
+        let rope_kind = rope_settings.and_then(|v| {
+            v.get("rope_type")
+                .or_else(|| v.get("type"))
+                .and_then(|t| t.as_str())
+        });
+        let rope_scaling = match rope_settings {
             None | Some(serde_json::Value::Null) => None,
+            Some(_) if raw.rope_scaling.is_none() && rope_kind == Some("default") => None,
             Some(v) => {
-                let kind = v
-                    .get("rope_type")
-                    .or_else(|| v.get("type"))
-                    .and_then(|t| t.as_str());
+                let kind = rope_kind;
                 if kind != Some("llama3") {
                     return Err(ModelError::Config(format!(
                         "rope_scaling type {kind:?} is not supported (only llama3)"
@@ -166,7 +176,16 @@ impl ModelConfig {
             head_dim,
             vocab_size: need(raw.vocab_size, "vocab_size")?,
             rms_norm_eps: raw.rms_norm_eps.unwrap_or(1e-6),
-            rope_theta: raw.rope_theta.unwrap_or(10_000.0),
+            rope_theta: raw
+                .rope_theta
+                .or_else(|| {
+                    raw.rope_parameters
+                        .as_ref()
+                        .and_then(|p| p.get("rope_theta"))
+                        .and_then(|t| t.as_f64())
+                        .map(|t| t as f32)
+                })
+                .unwrap_or(10_000.0),
             rope_scaling,
             tie_word_embeddings: raw.tie_word_embeddings,
             max_position_embeddings: raw.max_position_embeddings.unwrap_or(4096),
@@ -186,6 +205,32 @@ impl ModelConfig {
     /// Width of all key (or value) heads together.
     pub fn kv_dim(&self) -> usize {
         self.num_kv_heads * self.head_dim
+    }
+
+    /// Rotary embedding frequencies, one per pair of dimensions of a head, with Llama 3 scaling
+    /// if the model has it.
+    pub fn rope_frequencies(&self) -> Vec<f32> {
+        let (head_dim, theta) = (self.head_dim, self.rope_theta);
+        (0..head_dim / 2)
+            .map(|i| {
+                let freq = 1.0 / (theta as f64).powf(2.0 * i as f64 / head_dim as f64);
+                let Some(s) = self.rope_scaling else {
+                    return freq as f32;
+                };
+                let wavelen = 2.0 * std::f64::consts::PI / freq;
+                let old = s.original_max_position_embeddings as f64;
+                let (low, high) = (s.low_freq_factor as f64, s.high_freq_factor as f64);
+                let scaled = if wavelen < old / high {
+                    freq
+                } else if wavelen > old / low {
+                    freq / s.factor as f64
+                } else {
+                    let smooth = (old / wavelen - low) / (high - low);
+                    (1.0 - smooth) * freq / s.factor as f64 + smooth * freq
+                };
+                scaled as f32
+            })
+            .collect()
     }
 
     /// Parameters applied per token (all projections of all layers), for rooflines.
@@ -263,5 +308,27 @@ mod tests {
             err.to_string().contains("num_attention_heads is missing"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn reads_rope_settings_written_by_transformers_5() {
+        let base = r#""hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "vocab_size": 100"#;
+        let llama = ModelConfig::from_json(&format!(
+            r#"{{"architectures": ["LlamaForCausalLM"], {base}, "rope_parameters": {{
+                "rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192}}}}"#
+        ))
+        .unwrap();
+        assert_eq!(llama.rope_theta, 500000.0);
+        assert_eq!(llama.rope_scaling.map(|s| s.factor), Some(32.0));
+        let qwen = ModelConfig::from_json(&format!(
+            r#"{{"architectures": ["Qwen3ForCausalLM"], {base},
+                "rope_parameters": {{"rope_type": "default", "rope_theta": 1000000.0}}}}"#
+        ))
+        .unwrap();
+        assert_eq!(qwen.rope_theta, 1_000_000.0);
+        assert!(qwen.rope_scaling.is_none());
     }
 }

@@ -12,4 +12,4 @@ pub use builtin::{builtin_model_dir, write_builtin_model, BUILTIN_MODEL_NAME};
 pub use config::{Architecture, GenerationDefaults, ModelConfig, RopeScaling};
 pub use directory::{load_tokenizer_and_template, ModelDir};
 pub use error::ModelError;
-pub use weights::{LayerWeights, ModelWeights};
+pub use weights::{LayerWeights, ModelWeights, WeightElement};

@@ -1,5 +1,6 @@
 //! Weights from safetensors files (one file, or shards listed in `model.safetensors.index.json`),
-//! memory-mapped and converted once to f32 for the CPU backend.
+//! memory-mapped and converted once to the backend's element type (f32 for the CPU backend, bf16
+//! for the CUDA backend).
 
 use super::{ModelConfig, ModelError};
 use half::{bf16, f16};
@@ -8,49 +9,83 @@ use safetensors::{Dtype, SafeTensors};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+/// An element type weights can be loaded as.
+pub trait WeightElement: Copy + Send + Sync + 'static {
+    /// From an f32 checkpoint value.
+    fn from_f32(value: f32) -> Self;
+    /// From a bf16 checkpoint value.
+    fn from_bf16(value: bf16) -> Self;
+    /// From an f16 checkpoint value.
+    fn from_f16(value: f16) -> Self;
+}
+
+impl WeightElement for f32 {
+    fn from_f32(value: f32) -> Self {
+        value
+    }
+    fn from_bf16(value: bf16) -> Self {
+        value.to_f32()
+    }
+    fn from_f16(value: f16) -> Self {
+        value.to_f32()
+    }
+}
+
+impl WeightElement for bf16 {
+    fn from_f32(value: f32) -> Self {
+        bf16::from_f32(value)
+    }
+    fn from_bf16(value: bf16) -> Self {
+        value
+    }
+    fn from_f16(value: f16) -> Self {
+        bf16::from_f32(value.to_f32())
+    }
+}
+
 /// One decoder layer's weights, row-major `[out, in]` as in the checkpoint.
 #[derive(Debug, Clone)]
-pub struct LayerWeights {
+pub struct LayerWeights<T = f32> {
     /// RMSNorm before attention.
-    pub input_norm: Vec<f32>,
+    pub input_norm: Vec<T>,
     /// Query projection.
-    pub wq: Vec<f32>,
+    pub wq: Vec<T>,
     /// Key projection.
-    pub wk: Vec<f32>,
+    pub wk: Vec<T>,
     /// Value projection.
-    pub wv: Vec<f32>,
+    pub wv: Vec<T>,
     /// Output projection.
-    pub wo: Vec<f32>,
+    pub wo: Vec<T>,
     /// Projection biases (Qwen2).
-    pub qkv_bias: Option<[Vec<f32>; 3]>,
+    pub qkv_bias: Option<[Vec<T>; 3]>,
     /// Per-head query and key RMSNorm weights (Qwen3).
-    pub qk_norm: Option<[Vec<f32>; 2]>,
+    pub qk_norm: Option<[Vec<T>; 2]>,
     /// RMSNorm before the MLP.
-    pub post_norm: Vec<f32>,
+    pub post_norm: Vec<T>,
     /// MLP gate projection.
-    pub w_gate: Vec<f32>,
+    pub w_gate: Vec<T>,
     /// MLP up projection.
-    pub w_up: Vec<f32>,
+    pub w_up: Vec<T>,
     /// MLP down projection.
-    pub w_down: Vec<f32>,
+    pub w_down: Vec<T>,
 }
 
 /// Every weight of a model.
 #[derive(Debug, Clone)]
-pub struct ModelWeights {
+pub struct ModelWeights<T = f32> {
     /// Token embedding `[vocab, hidden]`.
-    pub embed: Vec<f32>,
+    pub embed: Vec<T>,
     /// Decoder layers.
-    pub layers: Vec<LayerWeights>,
+    pub layers: Vec<LayerWeights<T>>,
     /// Final RMSNorm.
-    pub norm: Vec<f32>,
+    pub norm: Vec<T>,
     /// Output projection `[vocab, hidden]`; `None` when tied to the embedding.
-    pub lm_head: Option<Vec<f32>>,
+    pub lm_head: Option<Vec<T>>,
 }
 
-impl ModelWeights {
+impl<T: WeightElement> ModelWeights<T> {
     /// The output projection (the embedding when tied).
-    pub fn lm_head(&self) -> &[f32] {
+    pub fn lm_head(&self) -> &[T] {
         self.lm_head.as_deref().unwrap_or(&self.embed)
     }
 
@@ -154,8 +189,8 @@ impl TensorFiles {
         Ok(TensorFiles { maps, location })
     }
 
-    /// The tensor `name` as f32, checked against `shape`.
-    fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
+    /// The tensor `name` as `T`, checked against `shape`.
+    fn get<T: WeightElement>(&self, name: &str, shape: &[usize]) -> Result<Vec<T>, ModelError> {
         let &file = self
             .location
             .get(name)
@@ -176,15 +211,15 @@ impl TensorFiles {
         Ok(match view.dtype() {
             Dtype::F32 => bytes
                 .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .map(|b| T::from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
                 .collect(),
             Dtype::BF16 => bytes
                 .chunks_exact(2)
-                .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .map(|b| T::from_bf16(bf16::from_le_bytes([b[0], b[1]])))
                 .collect(),
             Dtype::F16 => bytes
                 .chunks_exact(2)
-                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .map(|b| T::from_f16(f16::from_le_bytes([b[0], b[1]])))
                 .collect(),
             other => {
                 return Err(ModelError::Dtype {

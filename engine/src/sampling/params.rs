@@ -51,6 +51,15 @@ impl SamplingParams {
         }
     }
 
+    /// Whether the choice is the most likely token and nothing else is asked for: greedy, with
+    /// no log-probabilities, biases or penalties.
+    pub fn argmax_only(&self) -> bool {
+        (self.temperature <= 1e-5 || self.top_k == 1)
+            && self.logprobs.is_none()
+            && self.logit_bias.is_empty()
+            && !self.has_penalties()
+    }
+
     /// Whether any penalty needs the token history.
     pub fn has_penalties(&self) -> bool {
         self.presence_penalty != 0.0

@@ -1,8 +1,6 @@
 //! The CPU forward pass's building blocks. Matrix products go through the `gemm` crate on every
 //! core; the rest are short loops over rows.
 
-use crate::model::RopeScaling;
-
 /// Products smaller than this many multiply-adds run on one thread: splitting them costs more
 /// than it saves.
 const PARALLEL_MIN_MACS: usize = 1 << 20;
@@ -85,28 +83,6 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-/// Rotary embedding frequencies, one per pair of dimensions, with Llama 3 scaling if given.
-pub fn rope_frequencies(head_dim: usize, theta: f32, scaling: Option<RopeScaling>) -> Vec<f32> {
-    (0..head_dim / 2)
-        .map(|i| {
-            let freq = 1.0 / (theta as f64).powf(2.0 * i as f64 / head_dim as f64);
-            let Some(s) = scaling else { return freq as f32 };
-            let wavelen = 2.0 * std::f64::consts::PI / freq;
-            let old = s.original_max_position_embeddings as f64;
-            let (low, high) = (s.low_freq_factor as f64, s.high_freq_factor as f64);
-            let scaled = if wavelen < old / high {
-                freq
-            } else if wavelen > old / low {
-                freq / s.factor as f64
-            } else {
-                let smooth = (old / wavelen - low) / (high - low);
-                (1.0 - smooth) * freq / s.factor as f64 + smooth * freq
-            };
-            scaled as f32
-        })
-        .collect()
-}
-
 /// Cosines and sines of `position` at each frequency.
 pub fn rope_angles(position: usize, frequencies: &[f32]) -> (Vec<f32>, Vec<f32>) {
     frequencies
@@ -155,7 +131,9 @@ mod tests {
 
     #[test]
     fn rope_keeps_norm_and_position_zero_is_identity() {
-        let freqs = rope_frequencies(8, 10_000.0, None);
+        let freqs: Vec<f32> = (0..4)
+            .map(|i| 1.0 / 10_000f32.powf(2.0 * i as f32 / 8.0))
+            .collect();
         let mut row = vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
         let (c, s) = rope_angles(0, &freqs);
         apply_rope(&mut row, 8, &c, &s);

@@ -46,7 +46,7 @@ impl CpuBackend {
         block_size: usize,
     ) -> Self {
         let kv = KvStore::new(num_blocks, block_size, config.num_layers, config.kv_dim());
-        let frequencies = rope_frequencies(config.head_dim, config.rope_theta, config.rope_scaling);
+        let frequencies = config.rope_frequencies();
         CpuBackend {
             config,
             weights,

@@ -1,0 +1,430 @@
+//! The CUDA backend: bf16 weights and a paged bf16 KV cache on one GPU, matrix products on
+//! tensor cores through cuBLAS, everything else in the kernels of `kernels/` (compiled by NVRTC
+//! at start-up for the GPU at hand), and greedy sampling on the GPU so that only token ids come
+//! back for greedy sequences.
+//!
+//! The CUDA libraries are loaded at run time: the crate builds and runs without them, and
+//! [`cuda_available`] says why the backend cannot start before anything would panic.
+//!
+//! One step, top to bottom ([`CudaBackend::forward`]): embed the step's tokens; per layer,
+//! RMSNorm (fused with the residual add of the previous layer's output), the fused QKV product,
+//! bias / query-key norms / RoPE / KV cache write, attention (tiled prefill kernel for sequences
+//! with several tokens in the step, split-context decode kernel for the rest), the output
+//! product, RMSNorm fused with its residual add, the fused gate-up product, SiLU-multiply, the
+//! down product; then the final norm, the rows that sample, the output head in f32, and argmax.
+
+mod buffer;
+mod gemm;
+mod launch;
+mod layout;
+mod nvrtc;
+mod probe;
+mod sources;
+mod weights;
+mod workspace;
+
+pub use probe::cuda_available;
+pub use workspace::Limits;
+
+use super::{Backend, ModelBatch, ModelOutput};
+use crate::model::{ModelConfig, ModelWeights};
+use crate::sampling::Logits;
+use buffer::Buffer;
+use cudarc::driver::{CudaContext, CudaStream};
+use gemm::{Blas, Output};
+use half::bf16;
+use launch::{AttentionShape, Kernels, MAX_HEAD_DIM, NULL};
+use layout::StepLayout;
+use std::path::Path;
+use std::sync::Arc;
+use weights::DeviceWeights;
+use workspace::{KvCache, Workspace};
+
+/// Compiles every kernel to PTX for each `compute_XY` architecture in `arches` (no GPU needed);
+/// the PTX size of each file, or the first error or warning NVRTC printed.
+pub fn compile_kernels_to_ptx(arches: &[u32]) -> Result<Vec<(String, usize)>, String> {
+    let mut sizes = Vec::new();
+    for &arch in arches {
+        for source in sources::SOURCES {
+            let compiled = nvrtc::compile(source, nvrtc::Target::Ptx(arch))?;
+            if !compiled.log.is_empty() {
+                return Err(format!(
+                    "{} for compute_{arch} printed:\n{}",
+                    source.name, compiled.log
+                ));
+            }
+            let ptx = String::from_utf8_lossy(&compiled.image);
+            if let Some(kernel) = source
+                .kernels
+                .iter()
+                .find(|k| !ptx.contains(&format!(".entry {k}(")))
+            {
+                return Err(format!("{} defines no kernel {kernel}", source.name));
+            }
+            sizes.push((
+                format!("{} compute_{arch}", source.name),
+                compiled.image.len(),
+            ));
+        }
+    }
+    Ok(sizes)
+}
+
+/// A model loaded on the GPU, shared by the instances that run on it.
+#[derive(Debug)]
+pub struct CudaModel {
+    ctx: Arc<CudaContext>,
+    config: ModelConfig,
+    weights: DeviceWeights,
+    kernels: Kernels,
+    inverse_frequencies: Buffer<f32>,
+    device_name: String,
+}
+
+/// The reason a CUDA step or setup failed.
+fn fail(what: &str) -> impl Fn(cudarc::driver::DriverError) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+impl CudaModel {
+    /// Compiles the kernels and loads the weights of the model in `dir` onto GPU 0.
+    pub fn load(dir: &Path, config: &ModelConfig) -> Result<Arc<Self>, String> {
+        cuda_available()?;
+        if config.head_dim > MAX_HEAD_DIM || !config.head_dim.is_multiple_of(2) {
+            return Err(format!(
+                "head_dim {} is not supported by the CUDA kernels (even, at most {MAX_HEAD_DIM})",
+                config.head_dim
+            ));
+        }
+        let ctx = CudaContext::new(0).map_err(fail("cannot open GPU 0"))?;
+        // Safety: every instance works on its own stream and shares only the weights, which are
+        // written once, below, and synchronized before any instance starts.
+        unsafe { ctx.disable_event_tracking() };
+        let device_name = ctx.name().unwrap_or_else(|_| "GPU 0".to_string());
+        let kernels = Kernels::load(&ctx)?;
+        let stream = ctx.default_stream();
+        let host = ModelWeights::<bf16>::load(dir, config).map_err(|e| e.to_string())?;
+        let weights =
+            DeviceWeights::upload(&stream, &host).map_err(fail("cannot upload weights"))?;
+        drop(host);
+        let inverse_frequencies = Buffer::from_host(&stream, &config.rope_frequencies())
+            .map_err(fail("cannot upload RoPE frequencies"))?;
+        stream.synchronize().map_err(fail("weight upload"))?;
+        tracing::info!(device = %device_name, "model weights are on the GPU");
+        Ok(Arc::new(CudaModel {
+            ctx,
+            config: config.clone(),
+            weights,
+            kernels,
+            inverse_frequencies,
+            device_name,
+        }))
+    }
+
+    /// The GPU's name.
+    pub fn device_name(&self) -> &str {
+        &self.device_name
+    }
+
+    /// Free and total bytes of GPU memory now.
+    pub fn memory(&self) -> Result<(usize, usize), String> {
+        self.ctx
+            .mem_get_info()
+            .map_err(fail("cannot read GPU memory"))
+    }
+
+    /// Bytes one KV block of `block_size` tokens takes.
+    pub fn kv_bytes_per_block(&self, block_size: usize) -> usize {
+        KvCache::bytes_per_block(&self.config, block_size)
+    }
+
+    /// Bytes one instance's step workspace takes.
+    pub fn workspace_bytes(&self, limits: &Limits) -> usize {
+        Workspace::bytes(&self.config, limits)
+    }
+}
+
+/// One instance's share of the GPU: its stream, cuBLAS handle, KV cache and workspace.
+pub struct CudaBackend {
+    model: Arc<CudaModel>,
+    stream: Arc<CudaStream>,
+    blas: Blas,
+    kv: KvCache,
+    work: Workspace,
+    limits: Limits,
+    block_size: usize,
+    shape: AttentionShape,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend")
+            .field("device", &self.model.device_name)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CudaBackend {
+    /// An instance with `num_blocks` KV blocks of `block_size` tokens.
+    pub fn new(
+        model: Arc<CudaModel>,
+        num_blocks: usize,
+        block_size: usize,
+        limits: Limits,
+    ) -> Result<Self, String> {
+        let c = &model.config;
+        let stream = model
+            .ctx
+            .new_stream()
+            .map_err(fail("cannot create a stream"))?;
+        let blas = Blas::new(stream.clone()).map_err(|e| format!("cannot start cuBLAS: {e:?}"))?;
+        let kv = KvCache::new(&stream, c, num_blocks, block_size)
+            .map_err(fail("cannot allocate the KV cache"))?;
+        let work =
+            Workspace::new(&stream, c, &limits).map_err(fail("cannot allocate the workspace"))?;
+        let shape = AttentionShape {
+            qkv_stride: c.q_dim() + 2 * c.kv_dim(),
+            num_heads: c.num_heads,
+            num_kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+            block_size,
+            max_blocks: limits.max_blocks,
+            scale: 1.0 / (c.head_dim as f32).sqrt(),
+        };
+        Ok(CudaBackend {
+            model,
+            stream,
+            blas,
+            kv,
+            work,
+            limits,
+            block_size,
+            shape,
+        })
+    }
+
+    /// Runs one step; for each sequence that samples, its logits (one entry when only the most
+    /// likely token is needed).
+    pub fn forward(&mut self, batch: &ModelBatch) -> Result<Vec<Option<Logits>>, String> {
+        let m = self.model.clone();
+        let (c, w, k) = (&m.config, &m.weights, &m.kernels);
+        let s = &self.stream;
+        let layout = StepLayout::new(batch, self.block_size, self.limits.max_blocks);
+        let n = layout.tokens.len();
+        let rows = layout.sample_rows.len();
+        if n > self.limits.max_tokens || batch.seqs.len() > self.limits.max_seqs {
+            return Err(format!(
+                "a step of {n} tokens and {} sequences exceeds the workspace",
+                batch.seqs.len()
+            ));
+        }
+        if n == 0 {
+            return Ok(vec![None; batch.seqs.len()]);
+        }
+        m.ctx.bind_to_thread().map_err(fail("bind"))?;
+        self.work.upload(s, &layout).map_err(fail("step inputs"))?;
+        let wk = &self.work;
+        let (h, q_dim, kv_dim, inter) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
+        let heads = (c.num_heads, c.num_kv_heads, c.head_dim);
+        let eps = c.rms_norm_eps;
+        let launch = fail("kernel launch");
+        let gemm = |x, weight, y, dims, output| {
+            // Safety: every buffer is sized for the workspace limits checked above.
+            unsafe { self.blas.linear(x, weight, y, dims, output) }
+                .map_err(|e| format!("cuBLAS: {e:?}"))
+        };
+
+        k.embed(s, n, wk.tokens.ptr(), w.embed.ptr(), wk.x.ptr(), h)
+            .map_err(&launch)?;
+        for (i, layer) in w.layers.iter().enumerate() {
+            // Attention block. The first layer has no previous output to add.
+            let previous = if i == 0 { NULL } else { wk.delta.ptr() };
+            k.add_rms_norm(
+                s,
+                n,
+                wk.x.ptr(),
+                previous,
+                layer.input_norm.ptr(),
+                wk.normed.ptr(),
+                h,
+                eps,
+            )
+            .map_err(&launch)?;
+            gemm(
+                wk.normed.ptr(),
+                layer.qkv.ptr(),
+                wk.qkv.ptr(),
+                (n, q_dim + 2 * kv_dim, h),
+                Output::Bf16,
+            )?;
+            let (q_norm, k_norm) = layer.qk_norm_ptrs();
+            let caches = (self.kv.keys[i].ptr(), self.kv.values[i].ptr());
+            k.qkv_prepare(
+                s,
+                n,
+                wk.qkv.ptr(),
+                layer.bias_ptr(),
+                q_norm,
+                k_norm,
+                wk.positions.ptr(),
+                m.inverse_frequencies.ptr(),
+                wk.slots.ptr(),
+                caches.0,
+                caches.1,
+                heads,
+                eps,
+            )
+            .map_err(&launch)?;
+            if !layout.tile_tokens.is_empty() {
+                k.attention_prefill(
+                    s,
+                    layout.tile_tokens.len(),
+                    wk.qkv.ptr(),
+                    wk.attention.ptr(),
+                    caches,
+                    wk.block_tables.ptr(),
+                    (wk.tiles[0].ptr(), wk.tiles[1].ptr(), wk.tiles[2].ptr()),
+                    wk.positions.ptr(),
+                    &self.shape,
+                )
+                .map_err(&launch)?;
+            }
+            if !layout.decode_tokens.is_empty() {
+                k.attention_decode(
+                    s,
+                    layout.decode_tokens.len(),
+                    layout.decode_split(),
+                    wk.qkv.ptr(),
+                    wk.attention.ptr(),
+                    caches,
+                    wk.block_tables.ptr(),
+                    (wk.decode[0].ptr(), wk.decode[1].ptr()),
+                    wk.positions.ptr(),
+                    (wk.partial_stats.ptr(), wk.partial_out.ptr()),
+                    &self.shape,
+                )
+                .map_err(&launch)?;
+            }
+            gemm(
+                wk.attention.ptr(),
+                layer.o.ptr(),
+                wk.delta.ptr(),
+                (n, h, q_dim),
+                Output::Bf16,
+            )?;
+
+            // MLP block.
+            k.add_rms_norm(
+                s,
+                n,
+                wk.x.ptr(),
+                wk.delta.ptr(),
+                layer.post_norm.ptr(),
+                wk.normed.ptr(),
+                h,
+                eps,
+            )
+            .map_err(&launch)?;
+            gemm(
+                wk.normed.ptr(),
+                layer.gate_up.ptr(),
+                wk.gate_up.ptr(),
+                (n, 2 * inter, h),
+                Output::Bf16,
+            )?;
+            k.silu_mul(s, n, wk.gate_up.ptr(), wk.activation.ptr(), inter)
+                .map_err(&launch)?;
+            gemm(
+                wk.activation.ptr(),
+                layer.down.ptr(),
+                wk.delta.ptr(),
+                (n, h, inter),
+                Output::Bf16,
+            )?;
+        }
+        if rows == 0 {
+            s.synchronize().map_err(fail("step"))?;
+            return Ok(vec![None; batch.seqs.len()]);
+        }
+
+        // Logits of the rows that sample.
+        k.add_rms_norm(
+            s,
+            n,
+            wk.x.ptr(),
+            wk.delta.ptr(),
+            w.norm.ptr(),
+            wk.normed.ptr(),
+            h,
+            eps,
+        )
+        .map_err(&launch)?;
+        k.gather_rows(
+            s,
+            rows,
+            wk.normed.ptr(),
+            wk.sample_rows.ptr(),
+            wk.last.ptr(),
+            h,
+        )
+        .map_err(&launch)?;
+        gemm(
+            wk.last.ptr(),
+            w.lm_head(),
+            wk.logits.ptr(),
+            (rows, c.vocab_size, h),
+            Output::F32,
+        )?;
+        k.argmax_rows(
+            s,
+            rows,
+            wk.logits.ptr(),
+            c.vocab_size,
+            wk.best_tokens.ptr(),
+            wk.best_values.ptr(),
+        )
+        .map_err(&launch)?;
+        let best_tokens = wk.best_tokens.read(s, rows).map_err(fail("argmax"))?;
+        let best_values = wk.best_values.read(s, rows).map_err(fail("argmax"))?;
+        let dense = if layout.sample_argmax_only.iter().all(|&only| only) {
+            Vec::new()
+        } else {
+            wk.logits
+                .read(s, rows * c.vocab_size)
+                .map_err(fail("logits"))?
+        };
+        let mut sampled = (0..rows).map(|r| {
+            if layout.sample_argmax_only[r] {
+                Logits::sparse(vec![best_tokens[r]], vec![best_values[r]])
+            } else {
+                Logits::dense(dense[r * c.vocab_size..(r + 1) * c.vocab_size].to_vec())
+            }
+        });
+        Ok(batch
+            .seqs
+            .iter()
+            .map(|seq| {
+                (seq.sample && !seq.tokens.is_empty())
+                    .then(|| sampled.next())
+                    .flatten()
+            })
+            .collect())
+    }
+}
+
+impl Backend for CudaBackend {
+    fn execute(&mut self, batch: &ModelBatch) -> ModelOutput {
+        match self.forward(batch) {
+            Ok(logits) => ModelOutput {
+                logits,
+                modeled_seconds: None,
+            },
+            Err(e) => panic!("the CUDA backend cannot go on: {e}"),
+        }
+    }
+
+    fn blocking(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,209 @@
+//! `switchyard forward`: runs a backend directly on token ids, without the server or the batch
+//! scheduler, to check it against a reference implementation and to measure it.
+//!
+//! - `--prompt 1,2,3 --logits-out FILE`: prefill the prompt, write the logits of its last
+//!   position (little-endian f32, one per vocabulary entry), then decode `--greedy-tokens`
+//!   tokens greedily and print them as JSON.
+//! - `--bench-batches 1,8,64`: for each batch size, prefill that many `--bench-prompt-len`-token
+//!   prompts, then decode `--bench-decode-steps` steps of the whole batch; print prefill and
+//!   decode tokens per second as JSON lines.
+
+use crate::backend::{Backend, BatchSeq, ModelBatch};
+use crate::config::EngineArgs;
+use anyhow::{bail, Context};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Flags of `switchyard forward`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ForwardArgs {
+    /// The backend and model, as for `switchyard engine`.
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Prompt token ids, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub prompt: Vec<u32>,
+    /// Write the prompt's last-position logits here.
+    #[arg(long)]
+    pub logits_out: Option<PathBuf>,
+    /// Greedy tokens to generate after the prompt.
+    #[arg(long, default_value_t = 32)]
+    pub greedy_tokens: usize,
+    /// Batch sizes to measure, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub bench_batches: Vec<usize>,
+    /// Prompt length of each measured sequence.
+    #[arg(long, default_value_t = 512)]
+    pub bench_prompt_len: usize,
+    /// Decode steps measured per batch size.
+    #[arg(long, default_value_t = 64)]
+    pub bench_decode_steps: usize,
+}
+
+/// One sequence driven by hand: its tokens and its KV blocks.
+struct Driven {
+    tokens: Vec<u32>,
+    computed: usize,
+    blocks: Vec<u32>,
+}
+
+/// Hands out KV blocks in order; never frees (each run is short).
+struct Blocks {
+    next: u32,
+    total: usize,
+    block_size: usize,
+}
+
+impl Blocks {
+    fn cover(&mut self, seq: &mut Driven, len: usize) -> anyhow::Result<()> {
+        while seq.blocks.len() * self.block_size < len {
+            if self.next as usize >= self.total {
+                bail!(
+                    "the KV cache ({} blocks) is too small for this run",
+                    self.total
+                );
+            }
+            seq.blocks.push(self.next);
+            self.next += 1;
+        }
+        Ok(())
+    }
+}
+
+fn step(
+    backend: &mut dyn Backend,
+    seqs: &mut [Driven],
+    blocks: &mut Blocks,
+    chunk: usize,
+    argmax_only: bool,
+) -> anyhow::Result<Vec<Option<crate::sampling::Logits>>> {
+    let mut batch = ModelBatch::default();
+    for (id, seq) in seqs.iter_mut().enumerate() {
+        let end = (seq.computed + chunk).min(seq.tokens.len());
+        blocks.cover(seq, end)?;
+        batch.seqs.push(BatchSeq {
+            seq: id as u64,
+            tokens: seq.tokens[seq.computed..end].to_vec(),
+            start: seq.computed,
+            block_table: seq.blocks.clone(),
+            sample: end == seq.tokens.len(),
+            fingerprint: 0,
+            argmax_only,
+        });
+        seq.computed = end;
+    }
+    Ok(backend.execute(&batch).logits)
+}
+
+fn argmax(logits: &crate::sampling::Logits) -> u32 {
+    let values = logits.values();
+    let mut best = 0;
+    for (i, v) in values.iter().enumerate() {
+        if *v > values[best] {
+            best = i;
+        }
+    }
+    logits.id(best)
+}
+
+/// Runs `switchyard forward`.
+pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
+    let parts = args
+        .engine
+        .build(1)?
+        .pop()
+        .expect("one instance was asked for");
+    let mut backend = parts.backend;
+    let mut blocks = Blocks {
+        next: 0,
+        total: parts.core.num_blocks,
+        block_size: parts.core.block_size,
+    };
+    let budget = parts.core.max_num_batched_tokens;
+    let vocab = parts.tokenizer.vocab_size().max(2);
+    if let Some(bad) = args.prompt.iter().find(|&&t| t as usize >= vocab) {
+        bail!("prompt token {bad} is outside the vocabulary of {vocab}");
+    }
+    if !args.prompt.is_empty() {
+        let mut seq = [Driven {
+            tokens: args.prompt.clone(),
+            computed: 0,
+            blocks: Vec::new(),
+        }];
+        let mut logits = None;
+        while seq[0].computed < seq[0].tokens.len() {
+            logits = step(backend.as_mut(), &mut seq, &mut blocks, budget, false)?.remove(0);
+        }
+        let logits = logits.context("the backend returned no logits for the prompt")?;
+        if let Some(path) = &args.logits_out {
+            let bytes: Vec<u8> = logits
+                .values()
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect();
+            std::fs::write(path, bytes)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        let mut generated = vec![argmax(&logits)];
+        while generated.len() < args.greedy_tokens {
+            seq[0].tokens.push(*generated.last().expect("not empty"));
+            let next = step(backend.as_mut(), &mut seq, &mut blocks, 1, true)?
+                .remove(0)
+                .context("no logits for a decode step")?;
+            generated.push(argmax(&next));
+        }
+        println!(
+            "{}",
+            serde_json::json!({ "prompt": args.prompt, "greedy": generated })
+        );
+    }
+    for &batch in &args.bench_batches {
+        blocks.next = 0;
+        let mut seqs: Vec<Driven> = (0..batch)
+            .map(|b| Driven {
+                tokens: (0..args.bench_prompt_len)
+                    .map(|i| ((i * 31 + b * 17) % (vocab - 1) + 1) as u32)
+                    .collect(),
+                computed: 0,
+                blocks: Vec::new(),
+            })
+            .collect();
+        let started = Instant::now();
+        let per_seq_chunk = (budget / batch.max(1)).max(1);
+        let mut last = Vec::new();
+        while seqs.iter().any(|s| s.computed < s.tokens.len()) {
+            last = step(
+                backend.as_mut(),
+                &mut seqs,
+                &mut blocks,
+                per_seq_chunk,
+                true,
+            )?;
+        }
+        let prefill = started.elapsed().as_secs_f64();
+        for (seq, logits) in seqs.iter_mut().zip(&last) {
+            seq.tokens.push(logits.as_ref().map_or(0, argmax));
+        }
+        let started = Instant::now();
+        for _ in 0..args.bench_decode_steps {
+            let out = step(backend.as_mut(), &mut seqs, &mut blocks, 1, true)?;
+            for (seq, logits) in seqs.iter_mut().zip(&out) {
+                seq.tokens.push(logits.as_ref().map_or(0, argmax));
+            }
+        }
+        let decode = started.elapsed().as_secs_f64();
+        let steps = args.bench_decode_steps as f64;
+        println!(
+            "{}",
+            serde_json::json!({
+                "batch": batch,
+                "prompt_len": args.bench_prompt_len,
+                "prefill_tokens_per_s": (batch * args.bench_prompt_len) as f64 / prefill,
+                "decode_steps": args.bench_decode_steps,
+                "decode_step_ms": decode / steps * 1e3,
+                "decode_tokens_per_s": batch as f64 * steps / decode,
+            })
+        );
+    }
+    Ok(())
+}

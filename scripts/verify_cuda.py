@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""Checks switchyard's CUDA backend against Hugging Face transformers on one GPU, and measures it.
+
+Runs on the GPU machine with the switchyard binary built elsewhere and carried there (it builds
+nothing). Needs torch and transformers; needs no network: the models are random-weight models
+made here with `save_pretrained`, sharing the built-in model's tokenizer (prompts are token ids).
+
+  python3 scripts/verify_cuda.py --binary target/release/switchyard --out OUT_DIR \
+      [--models qwen3-0.6b,llama-3.2-1b,llama-3.1-8b] [--skip-bench]
+
+1. Correctness, for a small Qwen3 and a small Llama (and the full-size shapes when benchmarked):
+   the logits of a prompt's last position (relative L2 error, goal <= 1e-2 in bf16) and the first
+   32 greedy tokens, switchyard against transformers on the same weights.
+2. Throughput: prefill and decode tokens/s at batch 1, 8, 64 and 256 for the Qwen3-0.6B,
+   Llama-3.2-1B and Llama-3.1-8B shapes (`switchyard forward --bench-batches`), beside
+   transformers' `generate` (bf16, static cache), and the memory-bandwidth roofline measured
+   with a device-to-device copy. Goals: batch-1 decode of the 8B shape at >= 70% of the roofline;
+   >= 3x transformers' throughput at batch 64.
+
+Writes results.json and results.md to --out.
+"""
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import torch
+import transformers
+
+PROMPT = [17, 230, 5, 99, 412, 7, 650, 31, 2, 88, 300, 141, 9, 702, 56, 3]
+
+SHAPES = {
+    "qwen3-tiny": dict(
+        architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_size=256,
+        intermediate_size=768, num_hidden_layers=4, num_attention_heads=8,
+        num_key_value_heads=2, head_dim=64, vocab_size=151936, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, max_position_embeddings=40960, tie_word_embeddings=True,
+    ),
+    "llama-tiny": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=256,
+        intermediate_size=768, num_hidden_layers=4, num_attention_heads=8,
+        num_key_value_heads=2, head_dim=32, vocab_size=128256, rms_norm_eps=1e-5,
+        rope_theta=500000.0, max_position_embeddings=131072, tie_word_embeddings=False,
+        rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0,
+                          high_freq_factor=4.0, original_max_position_embeddings=8192),
+    ),
+    "qwen3-0.6b": dict(
+        architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_size=1024,
+        intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=128, vocab_size=151936, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, max_position_embeddings=40960, tie_word_embeddings=True,
+    ),
+    "llama-3.2-1b": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=2048,
+        intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=64, vocab_size=128256, rms_norm_eps=1e-5,
+        rope_theta=500000.0, max_position_embeddings=131072, tie_word_embeddings=True,
+        rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0,
+                          high_freq_factor=4.0, original_max_position_embeddings=8192),
+    ),
+    "llama-3.1-8b": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=4096,
+        intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, vocab_size=128256, rms_norm_eps=1e-5,
+        rope_theta=500000.0, max_position_embeddings=131072, tie_word_embeddings=False,
+        rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                          high_freq_factor=4.0, original_max_position_embeddings=8192),
+    ),
+}
+
+BATCHES = [1, 8, 64, 256]
+BENCH_PROMPT = 512
+BENCH_DECODE = 64
+
+
+def log(*parts):
+    print(time.strftime("%H:%M:%S"), *parts, file=sys.stderr, flush=True)
+
+
+def builtin_tokenizer_files(binary, work):
+    """Has the binary write its built-in model and returns its tokenizer files."""
+    env = dict(os.environ, SWITCHYARD_CACHE_DIR=os.path.join(work, "cache"))
+    subprocess.run([binary, "forward", "--backend", "cpu", "--prompt", "1", "--greedy-tokens",
+                    "1", "--kv-cache-memory-gib", "0.01"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    [builtin] = glob.glob(os.path.join(work, "cache", "builtin-*"))
+    keep = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+    return [os.path.join(builtin, f) for f in os.listdir(builtin) if f in keep]
+
+
+def make_model(name, work, tokenizer_files):
+    """A random-weight bf16 model of shape `name`, saved with save_pretrained."""
+    path = os.path.join(work, name)
+    if os.path.exists(os.path.join(path, "config.json")):
+        return path
+    config = transformers.AutoConfig.for_model(**SHAPES[name])
+    config.torch_dtype = torch.bfloat16
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+    model.save_pretrained(path, safe_serialization=True)
+    for f in tokenizer_files:
+        shutil.copy(f, path)
+    del model
+    torch.cuda.empty_cache()
+    return path
+
+
+def reference(path):
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        path, torch_dtype=torch.bfloat16, attn_implementation="sdpa").cuda().eval()
+
+
+def check(binary, name, path, work):
+    """Logits and greedy tokens, switchyard against transformers."""
+    logits_file = os.path.join(work, f"{name}.logits")
+    run = subprocess.run(
+        [binary, "forward", "--backend", "cuda", "--model", path, "--prompt",
+         ",".join(map(str, PROMPT)), "--greedy-tokens", "32", "--logits-out", logits_file,
+         "--max-num-seqs", "8", "--max-num-batched-tokens", "2048", "--max-model-len", "4096"],
+        check=True, capture_output=True, text=True)
+    ours = json.loads(run.stdout.strip().splitlines()[-1])["greedy"]
+    our_logits = torch.frombuffer(bytearray(open(logits_file, "rb").read()), dtype=torch.float32)
+    model = reference(path)
+    with torch.no_grad():
+        ids = torch.tensor([PROMPT], device="cuda")
+        theirs_logits = model(ids).logits[0, -1].float().cpu()
+        generated = model.generate(ids, max_new_tokens=32, do_sample=False, min_new_tokens=32)
+    theirs = generated[0, len(PROMPT):].tolist()
+    del model
+    torch.cuda.empty_cache()
+    error = ((our_logits - theirs_logits).norm() / theirs_logits.norm()).item()
+    agree = 0
+    for a, b in zip(ours, theirs):
+        if a != b:
+            break
+        agree += 1
+    result = dict(model=name, logits_relative_error=error, greedy_tokens_agreeing=agree,
+                  ours=ours, transformers=theirs,
+                  passed=error <= 1e-2 and agree == len(theirs))
+    log("check", json.dumps(result))
+    return result
+
+
+def roofline_bandwidth():
+    """Device memory bandwidth in bytes/s from a large device-to-device copy."""
+    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    for _ in range(3):
+        y.copy_(x)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    rounds = 20
+    for _ in range(rounds):
+        y.copy_(x)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    return 2 * x.numel() * rounds / seconds
+
+
+def bench_switchyard(binary, path):
+    run = subprocess.run(
+        [binary, "forward", "--backend", "cuda", "--model", path,
+         "--bench-batches", ",".join(map(str, BATCHES)), "--bench-prompt-len", str(BENCH_PROMPT),
+         "--bench-decode-steps", str(BENCH_DECODE), "--max-num-seqs", str(max(BATCHES)),
+         "--max-num-batched-tokens", "8192", "--max-model-len", "4096"],
+        check=True, capture_output=True, text=True)
+    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+
+
+def bench_transformers(path, vocab):
+    model = reference(path)
+    rows = []
+    for batch in BATCHES:
+        ids = torch.randint(1, min(vocab, 700), (batch, BENCH_PROMPT), device="cuda")
+        kwargs = dict(do_sample=False, cache_implementation="static")
+        try:
+            with torch.no_grad():
+                model.generate(ids, max_new_tokens=2, min_new_tokens=2, **kwargs)
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                model.generate(ids, max_new_tokens=1, min_new_tokens=1, **kwargs)
+                torch.cuda.synchronize()
+                prefill = time.perf_counter() - start
+                start = time.perf_counter()
+                model.generate(ids, max_new_tokens=BENCH_DECODE + 1,
+                               min_new_tokens=BENCH_DECODE + 1, **kwargs)
+                torch.cuda.synchronize()
+                total = time.perf_counter() - start
+        except torch.OutOfMemoryError:
+            rows.append(dict(batch=batch, error="out of memory"))
+            torch.cuda.empty_cache()
+            continue
+        decode = max(total - prefill, 1e-9)
+        rows.append(dict(batch=batch, prefill_tokens_per_s=batch * BENCH_PROMPT / prefill,
+                         decode_tokens_per_s=batch * BENCH_DECODE / decode,
+                         decode_step_ms=decode / BENCH_DECODE * 1e3))
+        log("transformers", batch, json.dumps(rows[-1]))
+    del model
+    torch.cuda.empty_cache()
+    return rows
+
+
+def weight_bytes(shape):
+    s = SHAPES[shape]
+    h, i, layers, v = s["hidden_size"], s["intermediate_size"], s["num_hidden_layers"], s["vocab_size"]
+    q = s["num_attention_heads"] * s["head_dim"]
+    kv = s["num_key_value_heads"] * s["head_dim"]
+    per_layer = h * (2 * q + 2 * kv) + 3 * h * i
+    return 2 * (layers * per_layer + v * h)
+
+
+def markdown(results):
+    lines = [f"Device: {results['device']}; roofline {results['bandwidth_gb_s']:.0f} GB/s "
+             "(device-to-device copy).", "", "| model | logits rel. error | greedy tokens agreeing |",
+             "|---|---|---|"]
+    for c in results["checks"]:
+        lines.append(f"| {c['model']} | {c['logits_relative_error']:.2e} | "
+                     f"{c['greedy_tokens_agreeing']} / 32 |")
+    lines += ["", "| model | batch | switchyard prefill tok/s | switchyard decode tok/s | "
+              "transformers prefill tok/s | transformers decode tok/s | decode ratio | "
+              "batch-1 decode vs roofline |", "|---|---|---|---|---|---|---|---|"]
+    for b in results["benchmarks"]:
+        theirs = {r["batch"]: r for r in b["transformers"]}
+        for ours in b["switchyard"]:
+            t = theirs.get(ours["batch"], {})
+            ratio = (ours["decode_tokens_per_s"] / t["decode_tokens_per_s"]
+                     if "decode_tokens_per_s" in t else float("nan"))
+            roof = ""
+            if ours["batch"] == 1:
+                roof = f"{b['roofline_decode_tokens_per_s'] and ours['decode_tokens_per_s'] / b['roofline_decode_tokens_per_s']:.0%}"
+            lines.append(
+                f"| {b['model']} | {ours['batch']} | {ours['prefill_tokens_per_s']:.0f} | "
+                f"{ours['decode_tokens_per_s']:.0f} | {t.get('prefill_tokens_per_s', float('nan')):.0f} | "
+                f"{t.get('decode_tokens_per_s', float('nan')):.0f} | {ratio:.2f}x | {roof} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--binary", default="target/release/switchyard")
+    parser.add_argument("--out", default=os.environ.get("OUT", "verify-cuda-out"))
+    parser.add_argument("--work", default="/tmp/switchyard-verify")
+    parser.add_argument("--models", default="qwen3-0.6b,llama-3.2-1b,llama-3.1-8b")
+    parser.add_argument("--skip-bench", action="store_true")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.work, exist_ok=True)
+    binary = os.path.abspath(args.binary)
+    kernels = subprocess.run([binary, "cuda-kernels"], capture_output=True, text=True)
+    log("cuda-kernels", kernels.returncode, kernels.stdout.strip(), kernels.stderr.strip()[-2000:])
+    tokenizer_files = builtin_tokenizer_files(binary, args.work)
+    results = dict(device=torch.cuda.get_device_name(0), torch=torch.__version__,
+                   transformers=transformers.__version__, checks=[], benchmarks=[])
+    results["bandwidth_gb_s"] = roofline_bandwidth() / 1e9
+    log("bandwidth GB/s", results["bandwidth_gb_s"])
+    for name in ["qwen3-tiny", "llama-tiny"]:
+        path = make_model(name, args.work, tokenizer_files)
+        results["checks"].append(check(binary, name, path, args.work))
+    if not args.skip_bench:
+        for name in args.models.split(","):
+            path = make_model(name, args.work, tokenizer_files)
+            results["checks"].append(check(binary, name, path, args.work))
+            ours = bench_switchyard(binary, path)
+            log("switchyard", name, json.dumps(ours))
+            theirs = bench_transformers(path, SHAPES[name]["vocab_size"])
+            roofline = results["bandwidth_gb_s"] * 1e9 / weight_bytes(name)
+            results["benchmarks"].append(dict(model=name, switchyard=ours, transformers=theirs,
+                                              weight_bytes=weight_bytes(name),
+                                              roofline_decode_tokens_per_s=roofline))
+            shutil.rmtree(path, ignore_errors=True)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(markdown(results))
+    print(markdown(results))
+    return 0 if all(c["passed"] for c in results["checks"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
