@@ -85,7 +85,7 @@ fn seq(id: u64, tokens: Vec<u32>, start: usize, blocks: usize) -> BatchSeq {
         block_table: (id as u32 * blocks as u32..(id as u32 + 1) * blocks as u32).collect(),
         sample: true,
         fingerprint: 0,
-        argmax_only: true,
+        next: switchyard_engine::sampling::NextToken::Argmax,
     }
 }
 

@@ -6,7 +6,7 @@
 
 use crate::backend::{BatchSeq, ModelBatch, ModelOutput};
 use crate::kv::BlockPool;
-use crate::sampling::{sample, Sampled, SamplingParams, StopParams};
+use crate::sampling::{sample, NextToken, Sampled, SamplingParams, StopParams};
 use crate::sched::{BatchScheduler, Schedule, SchedulerLimits, SeqId, SeqTimes, Sequence};
 use crate::trace::{TraceEvent, TraceKind};
 use switchyard_protocol::engine_state::{EngineStatus, StepSample};
@@ -272,7 +272,16 @@ impl EngineCore {
                     block_table: seq.blocks.clone(),
                     sample: end == seq.tokens.len(),
                     fingerprint: seq.fingerprint,
-                    argmax_only: seq.sampling.argmax_only(),
+                    next: if end == seq.tokens.len() {
+                        NextToken::for_draw(
+                            &seq.sampling,
+                            &seq.tokens[..seq.prompt_len],
+                            seq.output(),
+                            seq.num_output(),
+                        )
+                    } else {
+                        NextToken::Scores
+                    },
                 }
             })
             .collect();

@@ -10,6 +10,7 @@
 
 use crate::backend::{Backend, BatchSeq, ModelBatch};
 use crate::config::EngineArgs;
+use crate::sampling::NextToken;
 use anyhow::{bail, Context};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -75,7 +76,7 @@ fn step(
     seqs: &mut [Driven],
     blocks: &mut Blocks,
     chunk: usize,
-    argmax_only: bool,
+    next: NextToken,
 ) -> anyhow::Result<Vec<Option<crate::sampling::Logits>>> {
     let mut batch = ModelBatch::default();
     for (id, seq) in seqs.iter_mut().enumerate() {
@@ -88,7 +89,7 @@ fn step(
             block_table: seq.blocks.clone(),
             sample: end == seq.tokens.len(),
             fingerprint: 0,
-            argmax_only,
+            next: next.clone(),
         });
         seq.computed = end;
     }
@@ -132,7 +133,14 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         }];
         let mut logits = None;
         while seq[0].computed < seq[0].tokens.len() {
-            logits = step(backend.as_mut(), &mut seq, &mut blocks, budget, false)?.remove(0);
+            logits = step(
+                backend.as_mut(),
+                &mut seq,
+                &mut blocks,
+                budget,
+                NextToken::Scores,
+            )?
+            .remove(0);
         }
         let logits = logits.context("the backend returned no logits for the prompt")?;
         if let Some(path) = &args.logits_out {
@@ -147,9 +155,15 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         let mut generated = vec![argmax(&logits)];
         while generated.len() < args.greedy_tokens {
             seq[0].tokens.push(*generated.last().expect("not empty"));
-            let next = step(backend.as_mut(), &mut seq, &mut blocks, 1, true)?
-                .remove(0)
-                .context("no logits for a decode step")?;
+            let next = step(
+                backend.as_mut(),
+                &mut seq,
+                &mut blocks,
+                1,
+                NextToken::Argmax,
+            )?
+            .remove(0)
+            .context("no logits for a decode step")?;
             generated.push(argmax(&next));
         }
         println!(
@@ -177,7 +191,7 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
                 &mut seqs,
                 &mut blocks,
                 per_seq_chunk,
-                true,
+                NextToken::Argmax,
             )?;
         }
         let prefill = started.elapsed().as_secs_f64();
@@ -186,7 +200,13 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         }
         let started = Instant::now();
         for _ in 0..args.bench_decode_steps {
-            let out = step(backend.as_mut(), &mut seqs, &mut blocks, 1, true)?;
+            let out = step(
+                backend.as_mut(),
+                &mut seqs,
+                &mut blocks,
+                1,
+                NextToken::Argmax,
+            )?;
             for (seq, logits) in seqs.iter_mut().zip(&out) {
                 seq.tokens.push(logits.as_ref().map_or(0, argmax));
             }

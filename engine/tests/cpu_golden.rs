@@ -8,6 +8,7 @@ use std::sync::Arc;
 use switchyard_engine::backend::cpu::CpuBackend;
 use switchyard_engine::backend::{BatchSeq, ModelBatch};
 use switchyard_engine::model::{ModelConfig, ModelWeights};
+use switchyard_engine::sampling::NextToken;
 
 const BLOCK_SIZE: usize = 4;
 const TABLE: [u32; 6] = [7, 3, 5, 1, 6, 0];
@@ -41,7 +42,7 @@ fn run(backend: &mut CpuBackend, tokens: &[u32], chunk: usize) -> Vec<(usize, Ve
                 block_table: TABLE.to_vec(),
                 sample: true,
                 fingerprint: 0,
-                argmax_only: false,
+                next: NextToken::Scores,
             }],
         };
         let logits = backend.forward(&batch).remove(0).expect("sampled");
@@ -112,7 +113,7 @@ fn batched_equals_unbatched() {
                 block_table: vec![0, 1],
                 sample: true,
                 fingerprint: 0,
-                argmax_only: false,
+                next: NextToken::Scores,
             },
             BatchSeq {
                 seq: 1,
@@ -121,7 +122,7 @@ fn batched_equals_unbatched() {
                 block_table: vec![2],
                 sample: true,
                 fingerprint: 0,
-                argmax_only: false,
+                next: NextToken::Scores,
             },
         ],
     };

@@ -9,7 +9,7 @@ pub mod cuda;
 pub mod sim;
 
 use crate::kv::BlockId;
-use crate::sampling::Logits;
+use crate::sampling::{Logits, NextToken};
 use crate::sched::SeqId;
 use switchyard_protocol::engine_state::StepSample;
 
@@ -28,9 +28,9 @@ pub struct BatchSeq {
     pub sample: bool,
     /// Rolling hash of all the sequence's tokens (see [`crate::sched::Sequence::fingerprint`]).
     pub fingerprint: u64,
-    /// Only the most likely next token is needed (greedy, no log-probabilities, biases or
-    /// penalties), so a backend may return just that token as one-entry sparse logits.
-    pub argmax_only: bool,
+    /// What the sequence needs back when it samples: every score, the argmax, or one draw a
+    /// backend may make itself (returning the token as one-entry sparse logits).
+    pub next: NextToken,
 }
 
 /// Everything a backend needs for one step.

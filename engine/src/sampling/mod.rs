@@ -5,9 +5,11 @@
 //! so a request that is preempted and recomputed samples exactly the tokens it would have.
 
 mod logits;
+mod next_token;
 mod params;
 mod sampler;
 
 pub use logits::Logits;
+pub use next_token::{Adjustment, Draw, NextToken};
 pub use params::{SamplingParams, StopParams};
-pub use sampler::{sample, Sampled};
+pub use sampler::{draw_uniform, sample, Sampled};

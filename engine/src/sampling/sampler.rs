@@ -122,8 +122,7 @@ fn draw(logits: &Logits, params: &SamplingParams, position: usize) -> usize {
         keep = n.max(1);
     }
     let kept: f64 = probs[..keep].iter().sum();
-    let mut rng = SmallRng::seed_from_u64(draw_seed(params.seed, position));
-    let mut target = rng.random::<f64>() * kept;
+    let mut target = draw_uniform(params.seed, position) * kept;
     for (k, &p) in probs[..keep].iter().enumerate() {
         if target < p {
             return order[k];
@@ -133,8 +132,10 @@ fn draw(logits: &Logits, params: &SamplingParams, position: usize) -> usize {
     order[keep - 1]
 }
 
-fn draw_seed(seed: u64, position: usize) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(&(position as u64).to_le_bytes(), seed)
+/// The uniform number in [0, 1) of the draw for output `position` of a choice seeded `seed`.
+pub fn draw_uniform(seed: u64, position: usize) -> f64 {
+    let seed = xxhash_rust::xxh3::xxh3_64_with_seed(&(position as u64).to_le_bytes(), seed);
+    SmallRng::seed_from_u64(seed).random::<f64>()
 }
 
 fn argmax(values: &[f32]) -> usize {

@@ -282,20 +282,56 @@ impl Kernels {
         unsafe { b.launch(config(grid, round_to_warp(shape.head_dim))) }.map(drop)
     }
 
-    /// The most likely token of each of `rows` rows of `vocab` f32 logits.
-    pub fn argmax_rows(
+    /// Adds the biases and applies the penalties of `count` adjustment entries.
+    #[allow(clippy::too_many_arguments)]
+    pub fn adjust_logits(
+        &self,
+        stream: &CudaStream,
+        logits: Ptr,
+        vocab: usize,
+        entries: Ptr,
+        count: usize,
+        penalties: (Ptr, Ptr, Ptr),
+    ) -> Result<(), DriverError> {
+        let (repetition, presence, frequency) = penalties;
+        let (vocab, count_i) = (vocab as i32, count as i32);
+        let mut b = stream.launch_builder(self.get("adjust_logits"));
+        b.arg(&logits)
+            .arg(&vocab)
+            .arg(&entries)
+            .arg(&count_i)
+            .arg(&repetition)
+            .arg(&presence)
+            .arg(&frequency);
+        // Safety: every entry names a row and a token inside the logits.
+        unsafe { b.launch(config((count.div_ceil(256) as u32, 1, 1), 256)) }.map(drop)
+    }
+
+    /// One token a row of `vocab` f32 logits: argmax at temperature 0, else a filtered draw.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sample_rows(
         &self,
         stream: &CudaStream,
         rows: usize,
         logits: Ptr,
         vocab: usize,
-        tokens: Ptr,
+        params: (Ptr, Ptr, Ptr, Ptr, Ptr),
+        picked: Ptr,
         values: Ptr,
     ) -> Result<(), DriverError> {
+        let (temperature, top_k, top_p, min_p, uniform) = params;
         let vocab = vocab as i32;
-        let mut b = stream.launch_builder(self.get("argmax_rows"));
-        b.arg(&logits).arg(&vocab).arg(&tokens).arg(&values);
-        // Safety: rows * vocab logits; rows entries in tokens and values.
+        let mut b = stream.launch_builder(self.get("sample_rows"));
+        b.arg(&logits)
+            .arg(&vocab)
+            .arg(&temperature)
+            .arg(&top_k)
+            .arg(&top_p)
+            .arg(&min_p)
+            .arg(&uniform)
+            .arg(&picked)
+            .arg(&values);
+        // Safety: rows * vocab logits; rows entries in every parameter and output array.
         unsafe { b.launch(config((rows as u32, 1, 1), 1024)) }.map(drop)
     }
 }

@@ -3,6 +3,7 @@
 //! logits. Built on the host, uploaded once per step; pure, so it is tested without a GPU.
 
 use crate::backend::ModelBatch;
+use crate::sampling::NextToken;
 
 /// Queries per prefill tile (`PREFILL_QUERIES` in `attention.cu`).
 pub const PREFILL_QUERIES: usize = 16;
@@ -38,8 +39,75 @@ pub struct StepLayout {
     pub decode_max_context: usize,
     /// Last token of each sequence that samples, in batch order.
     pub sample_rows: Vec<i32>,
-    /// For each sampling row, whether only its most likely token is needed.
-    pub sample_argmax_only: Vec<bool>,
+    /// For each sampling row, whether every score must go back to the host.
+    pub sample_scores: Vec<bool>,
+    /// How each sampling row picks its token on the GPU.
+    pub draws: DrawArrays,
+}
+
+/// Per sampling row draw parameters (argmax rows: temperature 0), and the score adjustments.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DrawArrays {
+    /// Temperature.
+    pub temperature: Vec<f32>,
+    /// Top-k (0: all).
+    pub top_k: Vec<i32>,
+    /// Top-p.
+    pub top_p: Vec<f32>,
+    /// Min-p.
+    pub min_p: Vec<f32>,
+    /// The draw's uniform number.
+    pub uniform: Vec<f32>,
+    /// Repetition penalty.
+    pub repetition: Vec<f32>,
+    /// Presence penalty.
+    pub presence: Vec<f32>,
+    /// Frequency penalty.
+    pub frequency: Vec<f32>,
+    /// `ADJUST_FIELDS` ints an entry: row, token, times generated, in prompt, bias bits.
+    pub adjustments: Vec<i32>,
+}
+
+/// Ints per adjustment entry (`ADJUST_FIELDS` in `sampling.cu`).
+pub const ADJUST_FIELDS: usize = 5;
+
+impl DrawArrays {
+    fn push(&mut self, next: &NextToken) {
+        let row = self.temperature.len() as i32;
+        let NextToken::Draw(draw) = next else {
+            self.temperature.push(0.0);
+            self.top_k.push(0);
+            self.top_p.push(1.0);
+            self.min_p.push(0.0);
+            self.uniform.push(0.0);
+            self.repetition.push(1.0);
+            self.presence.push(0.0);
+            self.frequency.push(0.0);
+            return;
+        };
+        self.temperature.push(draw.temperature);
+        self.top_k.push(draw.top_k.min(i32::MAX as u32) as i32);
+        self.top_p.push(draw.top_p);
+        self.min_p.push(draw.min_p);
+        self.uniform.push(draw.uniform as f32);
+        self.repetition.push(draw.repetition_penalty);
+        self.presence.push(draw.presence_penalty);
+        self.frequency.push(draw.frequency_penalty);
+        for a in &draw.adjustments {
+            self.adjustments.extend_from_slice(&[
+                row,
+                a.token as i32,
+                a.generated as i32,
+                a.in_prompt as i32,
+                a.bias.to_bits() as i32,
+            ]);
+        }
+    }
+
+    /// Adjustment entries.
+    pub fn num_adjustments(&self) -> usize {
+        self.adjustments.len() / ADJUST_FIELDS
+    }
 }
 
 impl StepLayout {
@@ -82,7 +150,10 @@ impl StepLayout {
                 layout
                     .sample_rows
                     .push((first + seq.tokens.len() - 1) as i32);
-                layout.sample_argmax_only.push(seq.argmax_only);
+                layout
+                    .sample_scores
+                    .push(matches!(seq.next, NextToken::Scores));
+                layout.draws.push(&seq.next);
             }
         }
         layout
@@ -102,6 +173,7 @@ impl StepLayout {
 mod tests {
     use super::*;
     use crate::backend::BatchSeq;
+    use crate::sampling::{draw_uniform, SamplingParams};
 
     fn seq(id: u64, tokens: Vec<u32>, start: usize, blocks: Vec<u32>, sample: bool) -> BatchSeq {
         BatchSeq {
@@ -111,7 +183,11 @@ mod tests {
             block_table: blocks,
             sample,
             fingerprint: 0,
-            argmax_only: id.is_multiple_of(2),
+            next: if id.is_multiple_of(2) {
+                NextToken::Argmax
+            } else {
+                NextToken::Scores
+            },
         }
     }
 
@@ -142,7 +218,8 @@ mod tests {
         assert_eq!(layout.tile_lengths, vec![16, 4, 3]);
         assert_eq!(layout.tile_seqs, vec![1, 1, 2]);
         assert_eq!(layout.sample_rows, vec![0, 23]);
-        assert_eq!(layout.sample_argmax_only, vec![true, true]);
+        assert_eq!(layout.sample_scores, vec![false, false]);
+        assert_eq!(layout.draws.temperature, vec![0.0, 0.0]);
         assert_eq!(layout.decode_split(), (1, 6));
     }
 
@@ -155,7 +232,32 @@ mod tests {
         let layout = StepLayout::new(&batch, 16, 100);
         assert_eq!(layout.decode_max_context, 1501);
         assert_eq!(layout.decode_split(), (3, 501));
-        assert_eq!(layout.sample_argmax_only, vec![false]);
+        assert_eq!(layout.sample_scores, vec![true]);
+    }
+
+    #[test]
+    fn draws_carry_their_parameters_and_adjustments_by_row() {
+        let params = SamplingParams {
+            temperature: 0.7,
+            top_k: 40,
+            seed: 3,
+            logit_bias: vec![(6, 1.5)],
+            ..Default::default()
+        };
+        let mut drawing = seq(1, vec![4], 2, vec![0], true);
+        drawing.next = NextToken::for_draw(&params, &[1, 2], &[4], 1);
+        let batch = ModelBatch {
+            seqs: vec![seq(0, vec![9], 0, vec![1], true), drawing],
+        };
+        let layout = StepLayout::new(&batch, 16, 1);
+        assert_eq!(layout.draws.temperature, vec![0.0, 0.7]);
+        assert_eq!(layout.draws.top_k, vec![0, 40]);
+        assert_eq!(layout.draws.uniform[1], draw_uniform(3, 1) as f32);
+        assert_eq!(layout.draws.num_adjustments(), 1);
+        assert_eq!(
+            layout.draws.adjustments,
+            vec![1, 6, 0, 0, 1.5f32.to_bits() as i32]
+        );
     }
 
     #[test]

@@ -376,29 +376,50 @@ impl CudaBackend {
             (rows, c.vocab_size, h),
             Output::F32,
         )?;
-        k.argmax_rows(
+        let draws = &layout.draws;
+        if draws.num_adjustments() > 0 {
+            let [_, _, _, _, repetition, presence, frequency] = &wk.draw_floats;
+            k.adjust_logits(
+                s,
+                wk.logits.ptr(),
+                c.vocab_size,
+                wk.adjustments.ptr(),
+                draws.num_adjustments(),
+                (repetition.ptr(), presence.ptr(), frequency.ptr()),
+            )
+            .map_err(&launch)?;
+        }
+        let [temperature, top_p, min_p, uniform, ..] = &wk.draw_floats;
+        k.sample_rows(
             s,
             rows,
             wk.logits.ptr(),
             c.vocab_size,
-            wk.best_tokens.ptr(),
-            wk.best_values.ptr(),
+            (
+                temperature.ptr(),
+                wk.draw_top_k.ptr(),
+                top_p.ptr(),
+                min_p.ptr(),
+                uniform.ptr(),
+            ),
+            wk.picked.ptr(),
+            wk.picked_values.ptr(),
         )
         .map_err(&launch)?;
-        let best_tokens = wk.best_tokens.read(s, rows).map_err(fail("argmax"))?;
-        let best_values = wk.best_values.read(s, rows).map_err(fail("argmax"))?;
-        let dense = if layout.sample_argmax_only.iter().all(|&only| only) {
-            Vec::new()
-        } else {
+        let picked = wk.picked.read(s, rows).map_err(fail("sampling"))?;
+        let values = wk.picked_values.read(s, rows).map_err(fail("sampling"))?;
+        let dense = if layout.sample_scores.iter().any(|&all| all) {
             wk.logits
                 .read(s, rows * c.vocab_size)
                 .map_err(fail("logits"))?
+        } else {
+            Vec::new()
         };
         let mut sampled = (0..rows).map(|r| {
-            if layout.sample_argmax_only[r] {
-                Logits::sparse(vec![best_tokens[r]], vec![best_values[r]])
-            } else {
+            if layout.sample_scores[r] {
                 Logits::dense(dense[r * c.vocab_size..(r + 1) * c.vocab_size].to_vec())
+            } else {
+                Logits::sparse(vec![picked[r]], vec![values[r]])
             }
         });
         Ok(batch

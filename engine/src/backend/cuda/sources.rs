@@ -42,6 +42,6 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "sampling.cu",
         text: include_str!("kernels/sampling.cu"),
-        kernels: &["argmax_rows"],
+        kernels: &["adjust_logits", "sample_rows"],
     },
 ];

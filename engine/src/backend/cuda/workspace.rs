@@ -2,7 +2,7 @@
 //! all sized once for the engine's limits so that a step never allocates.
 
 use super::buffer::Buffer;
-use super::layout::{StepLayout, MAX_DECODE_PARTITIONS};
+use super::layout::{StepLayout, ADJUST_FIELDS, MAX_DECODE_PARTITIONS};
 use crate::model::ModelConfig;
 use cudarc::driver::{CudaStream, DriverError};
 use half::bf16;
@@ -58,9 +58,10 @@ impl Sizes {
             + self.gate_up
             + self.activation
             + self.last_rows;
-        let f32_values = self.logits + self.partial_out + self.partial_stats + l.max_seqs;
-        let int_values = 7 * l.max_tokens + self.block_tables + 4 * l.max_seqs;
-        2 * bf16_values + 4 * f32_values + 4 * int_values
+        let f32_values = self.logits + self.partial_out + self.partial_stats + 8 * l.max_seqs;
+        let int_values = 7 * l.max_tokens + self.block_tables + 5 * l.max_seqs;
+        let adjustments = ADJUST_FIELDS * l.max_tokens;
+        2 * bf16_values + 4 * (f32_values + int_values + adjustments)
     }
 }
 
@@ -85,10 +86,18 @@ pub struct Workspace {
     pub last: Buffer<bf16>,
     /// Their logits.
     pub logits: Buffer<f32>,
-    /// Their most likely tokens.
-    pub best_tokens: Buffer<u32>,
+    /// The token each of them picked.
+    pub picked: Buffer<u32>,
     /// Those tokens' logits.
-    pub best_values: Buffer<f32>,
+    pub picked_values: Buffer<f32>,
+    /// Draw parameters a row: temperature, top-p, min-p, uniform, repetition, presence and
+    /// frequency penalties.
+    pub draw_floats: [Buffer<f32>; 7],
+    /// Draw parameter a row: top-k.
+    pub draw_top_k: Buffer<i32>,
+    /// Score adjustments; grows when a step brings more (long prompts with a repetition
+    /// penalty).
+    pub adjustments: Buffer<i32>,
     /// Decode attention partitions: running max and sum.
     pub partial_stats: Buffer<f32>,
     /// Decode attention partitions: unnormalized outputs.
@@ -133,8 +142,19 @@ impl Workspace {
             activation: Buffer::zeros(stream, z.activation)?,
             last: Buffer::zeros(stream, z.last_rows)?,
             logits: Buffer::zeros(stream, z.logits)?,
-            best_tokens: Buffer::zeros(stream, s)?,
-            best_values: Buffer::zeros(stream, s)?,
+            picked: Buffer::zeros(stream, s)?,
+            picked_values: Buffer::zeros(stream, s)?,
+            draw_floats: [
+                Buffer::zeros(stream, s)?,
+                Buffer::zeros(stream, s)?,
+                Buffer::zeros(stream, s)?,
+                Buffer::zeros(stream, s)?,
+                Buffer::zeros(stream, s)?,
+                Buffer::zeros(stream, s)?,
+                Buffer::zeros(stream, s)?,
+            ],
+            draw_top_k: Buffer::zeros(stream, s)?,
+            adjustments: Buffer::zeros(stream, ADJUST_FIELDS * n)?,
             partial_stats: Buffer::zeros(stream, z.partial_stats)?,
             partial_out: Buffer::zeros(stream, z.partial_out)?,
             tokens: Buffer::zeros(stream, n)?,
@@ -166,7 +186,24 @@ impl Workspace {
         self.tiles[2].write(stream, &layout.tile_seqs)?;
         self.decode[0].write(stream, &layout.decode_tokens)?;
         self.decode[1].write(stream, &layout.decode_seqs)?;
-        self.sample_rows.write(stream, &layout.sample_rows)
+        self.sample_rows.write(stream, &layout.sample_rows)?;
+        let d = &layout.draws;
+        for (buffer, values) in self.draw_floats.iter_mut().zip([
+            &d.temperature,
+            &d.top_p,
+            &d.min_p,
+            &d.uniform,
+            &d.repetition,
+            &d.presence,
+            &d.frequency,
+        ]) {
+            buffer.write(stream, values)?;
+        }
+        self.draw_top_k.write(stream, &d.top_k)?;
+        if d.adjustments.len() > self.adjustments.len() {
+            self.adjustments = Buffer::zeros(stream, d.adjustments.len().next_power_of_two())?;
+        }
+        self.adjustments.write(stream, &d.adjustments)
     }
 }
 
