@@ -160,12 +160,32 @@ impl StepLayout {
     }
 
     /// How the decode kernel splits the longest context: (partitions, positions in each).
+    /// Partitions hold [`DECODE_PARTITION`] positions unless that would take more than
+    /// [`MAX_DECODE_PARTITIONS`]; then they grow.
     pub fn decode_split(&self) -> (usize, usize) {
         let context = self.decode_max_context.max(1);
-        let partitions = context
-            .div_ceil(DECODE_PARTITION)
-            .clamp(1, MAX_DECODE_PARTITIONS);
-        (partitions, context.div_ceil(partitions))
+        let partitions = context.div_ceil(DECODE_PARTITION);
+        if partitions <= MAX_DECODE_PARTITIONS {
+            (partitions, DECODE_PARTITION)
+        } else {
+            (
+                MAX_DECODE_PARTITIONS,
+                context.div_ceil(MAX_DECODE_PARTITIONS),
+            )
+        }
+    }
+
+    /// The shape a CUDA graph of this step would be captured for: a step of `n` decode tokens
+    /// only, every one sampling, split into partitions of the standard size. `None` for any other
+    /// step.
+    pub fn decode_graph_key(&self) -> Option<(usize, usize)> {
+        let n = self.tokens.len();
+        let (partitions, size) = self.decode_split();
+        (self.tile_tokens.is_empty()
+            && self.decode_tokens.len() == n
+            && self.sample_rows.len() == n
+            && size == DECODE_PARTITION)
+            .then_some((n, partitions))
     }
 }
 
@@ -220,7 +240,8 @@ mod tests {
         assert_eq!(layout.sample_rows, vec![0, 23]);
         assert_eq!(layout.sample_scores, vec![false, false]);
         assert_eq!(layout.draws.temperature, vec![0.0, 0.0]);
-        assert_eq!(layout.decode_split(), (1, 6));
+        assert_eq!(layout.decode_split(), (1, DECODE_PARTITION));
+        assert_eq!(layout.decode_graph_key(), None);
     }
 
     #[test]
@@ -231,7 +252,8 @@ mod tests {
         };
         let layout = StepLayout::new(&batch, 16, 100);
         assert_eq!(layout.decode_max_context, 1501);
-        assert_eq!(layout.decode_split(), (3, 501));
+        assert_eq!(layout.decode_split(), (3, DECODE_PARTITION));
+        assert_eq!(layout.decode_graph_key(), Some((1, 3)));
         assert_eq!(layout.sample_scores, vec![true]);
     }
 
@@ -269,5 +291,6 @@ mod tests {
         let (partitions, size) = StepLayout::new(&batch, 16, 2000).decode_split();
         assert_eq!(partitions, MAX_DECODE_PARTITIONS);
         assert!(partitions * size >= 32_000);
+        assert_eq!(StepLayout::new(&batch, 16, 2000).decode_graph_key(), None);
     }
 }

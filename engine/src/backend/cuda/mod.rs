@@ -30,11 +30,13 @@ use super::{Backend, ModelBatch, ModelOutput};
 use crate::model::{ModelConfig, ModelWeights};
 use crate::sampling::Logits;
 use buffer::Buffer;
-use cudarc::driver::{CudaContext, CudaStream};
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaContext, CudaGraph, CudaStream};
 use gemm::{Blas, Output};
 use half::bf16;
 use launch::{AttentionShape, Kernels, MAX_HEAD_DIM, NULL};
 use layout::StepLayout;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use weights::DeviceWeights;
@@ -154,6 +156,7 @@ pub struct CudaBackend {
     limits: Limits,
     block_size: usize,
     shape: AttentionShape,
+    graphs: DecodeGraphs,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -201,18 +204,15 @@ impl CudaBackend {
             limits,
             block_size,
             shape,
+            graphs: DecodeGraphs::default(),
         })
     }
 
-    /// Runs one step; for each sequence that samples, its logits (one entry when only the most
-    /// likely token is needed).
+    /// Runs one step; for each sequence that samples, its logits (one entry, the picked token,
+    /// unless every score was asked for).
     pub fn forward(&mut self, batch: &ModelBatch) -> Result<Vec<Option<Logits>>, String> {
-        let m = self.model.clone();
-        let (c, w, k) = (&m.config, &m.weights, &m.kernels);
-        let s = &self.stream;
         let layout = StepLayout::new(batch, self.block_size, self.limits.max_blocks);
         let n = layout.tokens.len();
-        let rows = layout.sample_rows.len();
         if n > self.limits.max_tokens || batch.seqs.len() > self.limits.max_seqs {
             return Err(format!(
                 "a step of {n} tokens and {} sequences exceeds the workspace",
@@ -222,8 +222,57 @@ impl CudaBackend {
         if n == 0 {
             return Ok(vec![None; batch.seqs.len()]);
         }
-        m.ctx.bind_to_thread().map_err(fail("bind"))?;
-        self.work.upload(s, &layout).map_err(fail("step inputs"))?;
+        self.model.ctx.bind_to_thread().map_err(fail("bind"))?;
+        self.work
+            .upload(&self.stream, &layout)
+            .map_err(fail("step inputs"))?;
+        self.run_model(&layout)?;
+        if layout.sample_rows.is_empty() {
+            self.stream.synchronize().map_err(fail("step"))?;
+            return Ok(vec![None; batch.seqs.len()]);
+        }
+        self.pick_tokens(&layout, batch)
+    }
+
+    /// Launches the model for `layout`: from a captured CUDA graph for decode steps of a shape
+    /// seen before (the first time a shape runs eagerly, which also lets cuBLAS set up; the
+    /// second time it is captured), eagerly otherwise.
+    fn run_model(&mut self, layout: &StepLayout) -> Result<(), String> {
+        let Some(key) = layout
+            .decode_graph_key()
+            .filter(|(n, _)| GRAPH_BATCH_SIZES.contains(n))
+        else {
+            return self.launch_model(layout);
+        };
+        if let Some(graph) = self.graphs.captured.get(&key) {
+            return graph.0.launch().map_err(fail("graph launch"));
+        }
+        if !self.graphs.warmed.contains(&key) {
+            self.graphs.warmed.push(key);
+            return self.launch_model(layout);
+        }
+        self.stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .map_err(fail("graph capture"))?;
+        let launched = self.launch_model(layout);
+        let graph = self
+            .stream
+            .end_capture(CUgraphInstantiate_flags(0))
+            .map_err(fail("graph capture"))?;
+        launched?;
+        let graph = graph.ok_or("a decode step captured no work")?;
+        graph.launch().map_err(fail("graph launch"))?;
+        self.graphs.captured.insert(key, SentGraph(graph));
+        Ok(())
+    }
+
+    /// Queues every kernel and product of the step up to the logits of the rows that sample.
+    fn launch_model(&self, layout: &StepLayout) -> Result<(), String> {
+        let m = &self.model;
+        let (c, w, k) = (&m.config, &m.weights, &m.kernels);
+        let s = &self.stream;
+        let n = layout.tokens.len();
+        let rows = layout.sample_rows.len();
         let wk = &self.work;
         let (h, q_dim, kv_dim, inter) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
         let heads = (c.num_heads, c.num_kv_heads, c.head_dim);
@@ -344,8 +393,7 @@ impl CudaBackend {
             )?;
         }
         if rows == 0 {
-            s.synchronize().map_err(fail("step"))?;
-            return Ok(vec![None; batch.seqs.len()]);
+            return Ok(());
         }
 
         // Logits of the rows that sample.
@@ -376,6 +424,22 @@ impl CudaBackend {
             (rows, c.vocab_size, h),
             Output::F32,
         )?;
+        Ok(())
+    }
+
+    /// Applies biases and penalties, picks each sampling row's token on the GPU, and brings back
+    /// the picks (and every score of the rows that asked for them).
+    fn pick_tokens(
+        &self,
+        layout: &StepLayout,
+        batch: &ModelBatch,
+    ) -> Result<Vec<Option<Logits>>, String> {
+        let c = &self.model.config;
+        let k = &self.model.kernels;
+        let s = &self.stream;
+        let wk = &self.work;
+        let rows = layout.sample_rows.len();
+        let launch = fail("kernel launch");
         let draws = &layout.draws;
         if draws.num_adjustments() > 0 {
             let [_, _, _, _, repetition, presence, frequency] = &wk.draw_floats;
@@ -433,6 +497,24 @@ impl CudaBackend {
             .collect())
     }
 }
+
+/// Decode batch sizes whose steps are replayed from CUDA graphs.
+const GRAPH_BATCH_SIZES: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+
+/// Captured decode steps by (batch size, attention partitions), and the shapes run once.
+#[derive(Default)]
+struct DecodeGraphs {
+    warmed: Vec<(usize, usize)>,
+    captured: HashMap<(usize, usize), SentGraph>,
+}
+
+/// A captured graph that moves with its backend between threads.
+struct SentGraph(CudaGraph);
+
+// Safety: CUDA requires calls on one graph to be serialized, not made from one thread; the
+// backend, which owns its graphs, is used by one thread at a time (it is lent to a blocking
+// thread for a step and handed back).
+unsafe impl Send for SentGraph {}
 
 impl Backend for CudaBackend {
     fn execute(&mut self, batch: &ModelBatch) -> ModelOutput {
