@@ -67,6 +67,11 @@ fn c_text(bytes: &[c_char]) -> String {
 
 /// Compiles one kernel file for `target`.
 pub fn compile(source: &KernelSource, target: Target) -> Result<Compiled, String> {
+    compile_with(source, target, &[])
+}
+
+/// Compiles one kernel file for `target` with `extra` options after the standard ones.
+fn compile_with(source: &KernelSource, target: Target, extra: &[&str]) -> Result<Compiled, String> {
     require(CudaLibrary::Nvrtc)?;
     let text = CString::new(source.program())
         .map_err(|_| format!("{} contains a NUL byte", source.name))?;
@@ -76,7 +81,9 @@ pub fn compile(source: &KernelSource, target: Target) -> Result<Compiled, String
     // Safety: `program` was created above and is destroyed once, at the end of this block; `text`
     // and `name` outlive it.
     let outcome = unsafe {
-        let compiled = result::compile_program(program, &options(target));
+        let mut all = options(target);
+        all.extend(extra.iter().map(|o| o.to_string()));
+        let compiled = result::compile_program(program, &all);
         let log = result::get_program_log(program)
             .map(|l| c_text(&l))
             .unwrap_or_default();
@@ -181,5 +188,34 @@ mod tests {
             sizes.len(),
             2 * crate::backend::cuda::sources::SOURCES.len()
         );
+    }
+
+    /// ptxas's report for the cubins (NVRTC builds them without a GPU): a kernel that needs a
+    /// stack frame or spills registers to local memory has lost the registers it was written for.
+    #[test]
+    fn no_kernel_spills_registers_on_ampere_or_hopper() {
+        if require(CudaLibrary::Nvrtc).is_err() {
+            eprintln!("skipped: no NVRTC");
+            return;
+        }
+        for source in crate::backend::cuda::sources::SOURCES {
+            for arch in [80, 90] {
+                let report = compile_with(source, Target::Cubin(arch), &["--ptxas-options=-v"])
+                    .unwrap_or_else(|e| panic!("sm_{arch}: {e}"))
+                    .log;
+                let frames: Vec<&str> = report
+                    .lines()
+                    .filter(|l| l.contains("stack frame"))
+                    .collect();
+                assert_eq!(frames.len(), source.kernels.len(), "{report}");
+                for line in frames {
+                    assert!(
+                        line.contains(" 0 bytes stack frame, 0 bytes spill stores"),
+                        "{} on sm_{arch}: {line}",
+                        source.name
+                    );
+                }
+            }
+        }
     }
 }

@@ -23,8 +23,12 @@ extern "C" __global__ void adjust_logits(float* logits, int vocab, const int* en
     }
     const int* entry = entries + (size_t)e * ADJUST_FIELDS;
     const int row = entry[0];
+    const int token = entry[1];
     const int generated = entry[2];
-    float* value = logits + (size_t)row * vocab + entry[1];
+    if (token < 0 || token >= vocab) {
+        return;
+    }
+    float* value = logits + (size_t)row * vocab + token;
     float v = *value + __int_as_float(entry[4]);
     const float penalty = repetition[row];
     if (penalty != 1.0f && (generated > 0 || entry[3] != 0)) {
