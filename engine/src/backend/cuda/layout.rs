@@ -9,7 +9,7 @@ use crate::sampling::NextToken;
 pub const PREFILL_QUERIES: usize = 16;
 
 /// Context positions one decode partition covers at least.
-pub const DECODE_PARTITION: usize = 512;
+pub const DECODE_PARTITION: usize = 256;
 
 /// Most partitions a decode query's context is split into (sizes the kernel's workspace).
 pub const MAX_DECODE_PARTITIONS: usize = 32;
@@ -252,8 +252,8 @@ mod tests {
         };
         let layout = StepLayout::new(&batch, 16, 100);
         assert_eq!(layout.decode_max_context, 1501);
-        assert_eq!(layout.decode_split(), (3, DECODE_PARTITION));
-        assert_eq!(layout.decode_graph_key(), Some((1, 3)));
+        assert_eq!(layout.decode_split(), (6, DECODE_PARTITION));
+        assert_eq!(layout.decode_graph_key(), Some((1, 6)));
         assert_eq!(layout.sample_scores, vec![true]);
     }
 

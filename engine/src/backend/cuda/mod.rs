@@ -92,9 +92,10 @@ impl CudaModel {
     /// Compiles the kernels and loads the weights of the model in `dir` onto GPU 0.
     pub fn load(dir: &Path, config: &ModelConfig) -> Result<Arc<Self>, String> {
         cuda_available()?;
-        if config.head_dim > MAX_HEAD_DIM || !config.head_dim.is_multiple_of(2) {
+        if !config.head_dim.is_power_of_two() || !(8..=MAX_HEAD_DIM).contains(&config.head_dim) {
             return Err(format!(
-                "head_dim {} is not supported by the CUDA kernels (even, at most {MAX_HEAD_DIM})",
+                "head_dim {} is not supported by the CUDA kernels (a power of two from 8 to \
+                 {MAX_HEAD_DIM})",
                 config.head_dim
             ));
         }

@@ -145,14 +145,20 @@ extern "C" __global__ void attention_prefill(
 // [z * partition_size, (z + 1) * partition_size). Writes the partition's running max and sum to
 // partial_stats[(i * num_heads + head) * partitions + z] and its unnormalized output to
 // partial_out (head_dim values at the same index).
+//
+// head_dim is a power of two from 8 to MAX_ATTENTION_HEAD_DIM: each lane reads 8 values of a
+// key or value row in one 16-byte load, head_dim / 8 lanes share a key, and a warp has
+// 32 / (head_dim / 8) keys in flight.
 extern "C" __global__ void attention_decode(
     const bf16* qkv, const bf16* k_cache, const bf16* v_cache, const int* block_tables,
     const int* query_tokens, const int* query_seqs, const int* positions, float* partial_stats,
     float* partial_out, int qkv_stride, int num_heads, int num_kv_heads, int head_dim,
     int block_size, int max_blocks, int partition_size, float scale) {
-    __shared__ float warp_max_of[ATTENTION_WARPS];
-    __shared__ float warp_sum_of[ATTENTION_WARPS];
-    __shared__ float warp_acc[ATTENTION_WARPS][MAX_ATTENTION_HEAD_DIM];
+    // One partial (max, sum, head_dim outputs) per key group of every warp: at most
+    // ATTENTION_WARPS * 32 * 8 / head_dim groups of head_dim values.
+    __shared__ float group_max[ATTENTION_WARPS * 32];
+    __shared__ float group_sum[ATTENTION_WARPS * 32];
+    __shared__ float group_acc[ATTENTION_WARPS * 32 * 8];
     const int query = blockIdx.x;
     const int head = blockIdx.y;
     const int partition = blockIdx.z;
@@ -166,78 +172,88 @@ extern "C" __global__ void attention_decode(
     const int end = min(context, start + partition_size);
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
+    const int lanes_per_key = head_dim / 8;
+    const int keys_per_warp = 32 / lanes_per_key;
+    const int group = lane / lanes_per_key;
+    const int first_dim = (lane % lanes_per_key) * 8;
 
-    float q[DIMS_PER_LANE];
-    float acc[DIMS_PER_LANE];
-    #pragma unroll
-    for (int j = 0; j < DIMS_PER_LANE; ++j) {
-        const int d = lane + 32 * j;
-        q[j] = d < head_dim
-            ? bf16_to_f32(qkv[(size_t)token * qkv_stride + head * head_dim + d]) * scale
-            : 0.0f;
+    float q[8];
+    float acc[8];
+    const bf16* q_row = qkv + (size_t)token * qkv_stride + head * head_dim + first_dim;
+    for (int j = 0; j < 8; ++j) {
+        q[j] = bf16_to_f32(q_row[j]) * scale;
         acc[j] = 0.0f;
     }
     float running_max = NEG_INF;
     float running_sum = 0.0f;
-    for (int position = start + warp; position < end; position += ATTENTION_WARPS) {
-        const size_t at = cache_slot(block_table, position, block_size) * kv_dim +
-                          (size_t)kv_head * head_dim;
+    const int stride = ATTENTION_WARPS * keys_per_warp;
+    for (int base = start + warp * keys_per_warp; base < end; base += stride) {
+        const int position = base + group;
+        const bool valid = position < end;
+        uint4 key_bits = make_uint4(0u, 0u, 0u, 0u);
+        uint4 value_bits = make_uint4(0u, 0u, 0u, 0u);
+        if (valid) {
+            const size_t at = cache_slot(block_table, position, block_size) * kv_dim +
+                              (size_t)kv_head * head_dim + first_dim;
+            key_bits = *reinterpret_cast<const uint4*>(k_cache + at);
+            value_bits = *reinterpret_cast<const uint4*>(v_cache + at);
+        }
+        const bf16* key = reinterpret_cast<const bf16*>(&key_bits);
+        const bf16* value = reinterpret_cast<const bf16*>(&value_bits);
         float dot = 0.0f;
-        #pragma unroll
-        for (int j = 0; j < DIMS_PER_LANE; ++j) {
-            const int d = lane + 32 * j;
-            if (d < head_dim) {
-                dot += q[j] * bf16_to_f32(k_cache[at + d]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            dot += q[j] * bf16_to_f32(key[j]);
+        }
+        for (int offset = lanes_per_key / 2; offset > 0; offset >>= 1) {
+            dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+        }
+        if (valid) {
+            const float new_max = fmaxf(running_max, dot);
+            const float correction = expf(running_max - new_max);
+            const float weight = expf(dot - new_max);
+            running_sum = running_sum * correction + weight;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                acc[j] = acc[j] * correction + weight * bf16_to_f32(value[j]);
             }
+            running_max = new_max;
         }
-        const float score = warp_sum(dot);
-        const float new_max = fmaxf(running_max, score);
-        const float correction = expf(running_max - new_max);
-        const float weight = expf(score - new_max);
-        running_sum = running_sum * correction + weight;
-        #pragma unroll
-        for (int j = 0; j < DIMS_PER_LANE; ++j) {
-            const int d = lane + 32 * j;
-            const float v = d < head_dim ? bf16_to_f32(v_cache[at + d]) : 0.0f;
-            acc[j] = acc[j] * correction + weight * v;
-        }
-        running_max = new_max;
     }
-    if (lane == 0) {
-        warp_max_of[warp] = running_max;
-        warp_sum_of[warp] = running_sum;
+    const int slot = warp * keys_per_warp + group;
+    if (lane % lanes_per_key == 0) {
+        group_max[slot] = running_max;
+        group_sum[slot] = running_sum;
     }
-    #pragma unroll
-    for (int j = 0; j < DIMS_PER_LANE; ++j) {
-        const int d = lane + 32 * j;
-        if (d < head_dim) {
-            warp_acc[warp][d] = acc[j];
-        }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        group_acc[slot * head_dim + first_dim + j] = acc[j];
     }
     __syncthreads();
+    const int groups = ATTENTION_WARPS * keys_per_warp;
     float block_max = NEG_INF;
-    for (int w = 0; w < ATTENTION_WARPS; ++w) {
-        block_max = fmaxf(block_max, warp_max_of[w]);
+    for (int g = 0; g < groups; ++g) {
+        block_max = fmaxf(block_max, group_max[g]);
     }
     const size_t index = ((size_t)query * num_heads + head) * partitions + partition;
-    float block_sum_of = 0.0f;
-    for (int w = 0; w < ATTENTION_WARPS; ++w) {
-        if (warp_max_of[w] != NEG_INF) {
-            block_sum_of += warp_sum_of[w] * expf(warp_max_of[w] - block_max);
+    float block_total = 0.0f;
+    for (int g = 0; g < groups; ++g) {
+        if (group_max[g] != NEG_INF) {
+            block_total += group_sum[g] * expf(group_max[g] - block_max);
         }
     }
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float total = 0.0f;
-        for (int w = 0; w < ATTENTION_WARPS; ++w) {
-            if (warp_max_of[w] != NEG_INF) {
-                total += warp_acc[w][d] * expf(warp_max_of[w] - block_max);
+        for (int g = 0; g < groups; ++g) {
+            if (group_max[g] != NEG_INF) {
+                total += group_acc[g * head_dim + d] * expf(group_max[g] - block_max);
             }
         }
         partial_out[index * head_dim + d] = total;
     }
     if (threadIdx.x == 0) {
         partial_stats[2 * index] = block_max;
-        partial_stats[2 * index + 1] = block_sum_of;
+        partial_stats[2 * index + 1] = block_total;
     }
 }
 
