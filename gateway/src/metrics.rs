@@ -103,7 +103,7 @@ impl GatewayMetrics {
                 "gateway_circuit_breaker_state",
                 "Circuit breaker of an instance: 1 open, 2 half-open (closed ones are absent).",
             ),
-            &["instance"],
+            &["instance_id"],
         )?;
         reg.register(Box::new(breakers.clone()))?;
         let rejected = counter(

@@ -373,7 +373,7 @@ async fn a_failing_instance_is_left_out_once_its_breaker_opens() {
     let m = metrics(&gw).await;
     assert!(
         m.contains(&format!(
-            "gateway_circuit_breaker_state{{instance=\"{}\"}} 1",
+            "gateway_circuit_breaker_state{{instance_id=\"{}\"}} 1",
             bad.url
         )),
         "{m}"

@@ -1,0 +1,305 @@
+//! The Grafana dashboards in `dashboards/` against what switchyard really exports: every metric
+//! family a running `switchyard serve` exports (gateway, scheduler, process, and the engines in
+//! each metrics dialect in turn) appears in some panel query, and every metric a query names is
+//! exported (or is one of the families that appear only once their event happens); plus the
+//! structure Grafana needs to import them as they are.
+
+use serde_json::Value;
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use switchyard_tests::{metrics_text, Process};
+
+/// Families registered with labels and exported only once their event happens, and what it is.
+const EVENT_FAMILIES: &[(&str, &str)] = &[
+    (
+        "request_retry_total",
+        "an attempt is retried on another instance",
+    ),
+    ("request_rejected_total", "admission refuses a request"),
+    (
+        "request_fallback_total",
+        "a route falls back to an external endpoint",
+    ),
+    (
+        "request_fallback_retry_success_total",
+        "a fallback succeeds after a 429",
+    ),
+    (
+        "request_stream_continuation_total",
+        "a broken stream is resumed",
+    ),
+    ("gateway_circuit_breaker_state", "a breaker opens"),
+    ("gateway_mirror_requests_total", "a route mirrors a request"),
+    (
+        "gateway_route_config_reloads_total",
+        "a --route-config file is read again",
+    ),
+    (
+        "scheduler_scheduling_failed_total",
+        "a request cannot be placed",
+    ),
+];
+
+fn dashboards() -> Vec<(String, Value)> {
+    let folder = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../dashboards");
+    let mut found: Vec<(String, Value)> = std::fs::read_dir(&folder)
+        .expect("dashboards/ exists")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let json = serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{} is not JSON: {e}", p.display()));
+            (p.file_stem().unwrap().to_string_lossy().to_string(), json)
+        })
+        .collect();
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found
+}
+
+fn panels(dashboard: &Value) -> impl Iterator<Item = &Value> {
+    dashboard["panels"].as_array().expect("panels").iter()
+}
+
+fn exprs(dashboard: &Value) -> Vec<String> {
+    panels(dashboard)
+        .flat_map(|p| p["targets"].as_array().into_iter().flatten())
+        .map(|t| t["expr"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Metric names a PromQL expression selects (identifiers followed by a `{` selector).
+fn selected_metrics(expr: &str) -> Vec<String> {
+    let bytes = expr.as_bytes();
+    let mut names = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c.is_ascii_alphabetic() || c == b'_' {
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || b"_:".contains(&bytes[i]))
+            {
+                i += 1;
+            }
+            let before_quote = start > 0 && bytes[start - 1] == b'"';
+            if !before_quote && bytes.get(i) == Some(&b'{') {
+                names.push(expr[start..i].to_string());
+            }
+        } else {
+            i += 1;
+        }
+    }
+    names
+}
+
+/// Metric families (name and type) in a Prometheus text exposition.
+fn families(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| {
+            let mut parts = l.split_whitespace();
+            Some((parts.next()?.to_string(), parts.next()?.to_string()))
+        })
+        .collect()
+}
+
+/// The family a selected series belongs to (`x_bucket` of histogram `x` is `x`).
+fn family_of(name: &str, exported: &HashMap<String, String>) -> String {
+    for suffix in ["_bucket", "_sum", "_count"] {
+        if let Some(base) = name.strip_suffix(suffix) {
+            if exported.get(base).is_some_and(|t| t == "histogram") {
+                return base.to_string();
+            }
+        }
+    }
+    name.to_string()
+}
+
+#[test]
+fn every_dashboard_imports_as_is() {
+    let all = dashboards();
+    assert_eq!(
+        all.len(),
+        7,
+        "request, component, CMS, LRS and three engine dialects"
+    );
+    let mut uids = BTreeSet::new();
+    for (file, d) in &all {
+        assert_eq!(
+            d["uid"].as_str(),
+            Some(file.as_str()),
+            "{file}: uid = file name"
+        );
+        assert!(uids.insert(file.clone()));
+        assert_eq!(d["__inputs"][0]["name"], "DS_PROMETHEUS", "{file}");
+        assert_eq!(d["__inputs"][0]["pluginId"], "prometheus", "{file}");
+        let variables: Vec<&str> = d["templating"]["list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["name"].as_str().unwrap())
+            .collect();
+        for needed in ["namespace", "job", "instance"] {
+            assert!(variables.contains(&needed), "{file}: no ${needed}");
+        }
+        let mut ids = BTreeSet::new();
+        let mut boxes: Vec<(i64, i64, i64, i64, String)> = Vec::new();
+        for p in panels(d) {
+            let title = p["title"].as_str().unwrap_or_default().to_string();
+            assert!(
+                ids.insert(p["id"].as_i64().unwrap()),
+                "{file}: id of {title}"
+            );
+            let g = &p["gridPos"];
+            let (x, y, w, h) = (
+                g["x"].as_i64().unwrap(),
+                g["y"].as_i64().unwrap(),
+                g["w"].as_i64().unwrap(),
+                g["h"].as_i64().unwrap(),
+            );
+            assert!(
+                x >= 0 && y >= 0 && w > 0 && h > 0 && x + w <= 24,
+                "{file}: {title}"
+            );
+            for (bx, by, bw, bh, other) in &boxes {
+                let apart = x + w <= *bx || *bx + bw <= x || y + h <= *by || *by + bh <= y;
+                assert!(apart, "{file}: {title} overlaps {other}");
+            }
+            boxes.push((x, y, w, h, title.clone()));
+            if p["type"] == "row" {
+                continue;
+            }
+            assert_eq!(
+                p["datasource"]["uid"], "${DS_PROMETHEUS}",
+                "{file}: {title}"
+            );
+            let unit = p["fieldConfig"]["defaults"]["unit"].as_str().unwrap_or("");
+            assert!(!unit.is_empty(), "{file}: {title} has no unit");
+            let targets = p["targets"].as_array().expect("targets");
+            assert!(!targets.is_empty(), "{file}: {title}");
+            let mut refs = BTreeSet::new();
+            for t in targets {
+                let expr = t["expr"].as_str().unwrap_or_default();
+                assert!(!expr.is_empty(), "{file}: {title}");
+                assert!(refs.insert(t["refId"].as_str().unwrap().to_string()));
+                assert!(
+                    !t["legendFormat"].as_str().unwrap_or_default().is_empty(),
+                    "{file}: {title}: unnamed series"
+                );
+                for name in selected_metrics(expr) {
+                    let selector = expr.split(&format!("{name}{{")).nth(1).unwrap_or_default();
+                    assert!(
+                        selector.starts_with(
+                            "namespace=~\"$namespace\", job=~\"$job\", instance=~\"$instance\""
+                        ),
+                        "{file}: {title}: {name} ignores the template variables"
+                    );
+                }
+                if expr.starts_with("histogram_quantile(") {
+                    assert!(expr.contains("_bucket{") && expr.contains("[$__rate_interval]"));
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dashboards_cover_every_exported_metric_and_name_nothing_else() {
+    let client = reqwest::Client::new();
+    let mut exported: HashMap<String, String> = HashMap::new();
+    let mut per_dialect: Vec<(String, BTreeSet<String>)> = Vec::new();
+    for dialect in ["vllm", "fastdeploy", "mindie"] {
+        let serve = Process::serve(
+            2,
+            &[
+                "--backend",
+                "sim",
+                "--sim-time-scale",
+                "1000",
+                "--metrics-dialect",
+                dialect,
+            ],
+        )
+        .await;
+        for i in 0..8 {
+            let body = serde_json::json!({
+                "prompt": format!("request {i} for the dashboards"),
+                "max_tokens": 4,
+                "stream": i % 2 == 0,
+            });
+            let answer = client
+                .post(format!("{}/v1/completions", serve.url(0)))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), 200);
+            answer.bytes().await.unwrap();
+        }
+        let mut names = BTreeSet::new();
+        let mut texts = vec![metrics_text(&client, &serve.url(0)).await];
+        for e in 0..2 {
+            texts.push(metrics_text(&client, &serve.engine_url(e)).await);
+        }
+        for text in texts {
+            for (name, kind) in families(&text) {
+                names.insert(name.clone());
+                exported.insert(name, kind);
+            }
+        }
+        per_dialect.push((dialect.to_string(), names));
+    }
+
+    let mut queried: BTreeSet<String> = BTreeSet::new();
+    for (_, d) in dashboards() {
+        for expr in exprs(&d) {
+            for name in selected_metrics(&expr) {
+                queried.insert(family_of(&name, &exported));
+            }
+        }
+    }
+    for (dialect, names) in &per_dialect {
+        let missing: Vec<&String> = names.iter().filter(|n| !queried.contains(*n)).collect();
+        assert!(
+            missing.is_empty(),
+            "exported with --metrics-dialect {dialect} but on no dashboard: {missing:?}"
+        );
+    }
+    let event_only: BTreeSet<&str> = EVENT_FAMILIES.iter().map(|(n, _)| *n).collect();
+    let unknown: Vec<&String> = queried
+        .iter()
+        .filter(|n| !exported.contains_key(*n) && !event_only.contains(n.as_str()))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "dashboards query metrics nothing exports: {unknown:?}"
+    );
+    let sources = [
+        "../gateway/src/metrics.rs",
+        "../scheduler/src/service/metrics.rs",
+    ]
+    .map(|f| std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(f)).unwrap())
+    .join("\n");
+    for (name, event) in EVENT_FAMILIES {
+        assert!(
+            sources.contains(&format!("\"{name}\"")),
+            "{name} (exported once {event}) is not defined by the gateway or the scheduler"
+        );
+        assert!(queried.contains(*name), "{name} is on no dashboard");
+    }
+}
+
+#[test]
+fn dashboards_are_what_the_generator_writes() {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../dashboards/generate.py");
+    let run = std::process::Command::new("python3")
+        .arg(&script)
+        .arg("--check")
+        .output()
+        .expect("python3 runs");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
