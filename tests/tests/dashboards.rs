@@ -303,3 +303,173 @@ fn dashboards_are_what_the_generator_writes() {
         String::from_utf8_lossy(&run.stderr)
     );
 }
+
+/// Every panel query evaluated by a real Prometheus (Debian's `prometheus`) scraping a loaded
+/// `switchyard serve` with the config in deploy/local: each returns data, except the families
+/// that need an event this run does not cause and the prefill and decode sections of a cluster
+/// that has only neutral instances.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_panel_query_returns_data_from_a_real_prometheus() {
+    let present = std::process::Command::new("prometheus")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !present {
+        assert!(
+            std::env::var_os("SWITCHYARD_REQUIRE_PROMETHEUS").is_none(),
+            "SWITCHYARD_REQUIRE_PROMETHEUS is set but prometheus is not on PATH"
+        );
+        eprintln!("skipped: no prometheus on PATH (apt install prometheus)");
+        return;
+    }
+    let serve = Process::serve(
+        2,
+        &[
+            "--backend",
+            "sim",
+            "--sim-time-scale",
+            "50",
+            "--metrics-dialect",
+            "vllm,fastdeploy,mindie",
+        ],
+    )
+    .await;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let config = std::fs::read_to_string(root.join("deploy/local/prometheus.yml"))
+        .unwrap()
+        .replace("scrape_interval: 5s", "scrape_interval: 1s")
+        .replace("localhost:8000", &serve.url(0)[7..])
+        .replace("localhost:8100", &serve.engine_url(0)[7..])
+        .replace("localhost:8101", &serve.engine_url(1)[7..]);
+    let dir = std::env::temp_dir().join(format!("switchyard-prometheus-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+    let port = switchyard_tests::free_ports(1);
+    let mut prometheus = std::process::Command::new("prometheus")
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("prometheus starts");
+
+    let client = reqwest::Client::new();
+    let load: Vec<_> = (0..40)
+        .map(|i| {
+            let (client, base) = (client.clone(), serve.url(0));
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(150 * i)).await;
+                let (path, body) = if i % 3 == 0 {
+                    (
+                        "chat/completions",
+                        serde_json::json!({"messages": [{"role": "user", "content": format!("hello {i}")}],
+                                           "max_tokens": 8, "stream": i % 2 == 0}),
+                    )
+                } else {
+                    (
+                        "completions",
+                        serde_json::json!({"prompt": format!("shared prefix for the dashboards {}", i % 4),
+                                           "max_tokens": 8, "stream": i % 2 == 0}),
+                    )
+                };
+                let r = client
+                    .post(format!("{base}/v1/{path}"))
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 200);
+                r.bytes().await.unwrap();
+            })
+        })
+        .collect();
+    for task in load {
+        task.await.unwrap();
+    }
+    let api = format!("http://127.0.0.1:{port}/api/v1/query");
+    let query = |expr: String| {
+        let (client, api) = (client.clone(), api.clone());
+        async move {
+            let answer: Value = client
+                .get(&api)
+                .query(&[("query", expr.as_str())])
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            assert_eq!(answer["status"], "success", "{expr}: {answer}");
+            Some(answer["data"]["result"].as_array().map_or(0, Vec::len))
+        }
+    };
+    // Wait until every target has been scraped a few times since the load.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let up = query("sum(up)".to_string()).await.unwrap_or(0);
+        let scraped = query("count(count_over_time(up[10s]) >= 4)".to_string())
+            .await
+            .unwrap_or(0);
+        if up > 0 && scraped > 0 {
+            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "prometheus never scraped"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+
+    let event_only: BTreeSet<&str> = EVENT_FAMILIES.iter().map(|(n, _)| *n).collect();
+    let (mut with_data, mut excused, mut empty) = (0, 0, Vec::new());
+    for (file, d) in dashboards() {
+        let variables = d["templating"]["list"].as_array().unwrap().clone();
+        let mut exprs = exprs(&d);
+        exprs.extend(
+            variables
+                .iter()
+                .filter_map(|v| v["definition"].as_str())
+                .filter_map(|q| q.strip_prefix("label_values("))
+                .map(|q| format!("count({})", q.rsplit_once(',').unwrap().0)),
+        );
+        for expr in exprs {
+            let filled = expr
+                .replace("$__rate_interval", "1m")
+                .replace("\"$namespace\"", "\".*\"")
+                .replace("\"$job\"", "\".*\"")
+                .replace("\"$instance\"", "\".*\"")
+                .replace("\"$instance_id\"", "\".*\"")
+                .replace("\"$model\"", "\".*\"");
+            let results = query(filled.clone()).await.expect("prometheus answers");
+            let needs_event = selected_metrics(&expr)
+                .iter()
+                .any(|m| event_only.contains(m.as_str()));
+            let other_pool =
+                expr.contains("infer_type=\"prefill\"") || expr.contains("infer_type=\"decode\"");
+            if results > 0 {
+                with_data += 1;
+            } else if needs_event || other_pool {
+                excused += 1;
+            } else {
+                empty.push(format!("{file}: {filled}"));
+            }
+        }
+    }
+    let _ = prometheus.kill();
+    let _ = prometheus.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("{with_data} queries returned data; {excused} need an event or another pool");
+    assert!(
+        empty.is_empty(),
+        "queries without data:\n{}",
+        empty.join("\n")
+    );
+}
