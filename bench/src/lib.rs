@@ -1,0 +1,16 @@
+//! switchyard-bench: open-loop load against any OpenAI-compatible endpoint (switchyard or another
+//! router), from public traces or generators, measured from the client's side.
+//!
+//! A [`workload`] is a list of timed requests: Mooncake and Azure traces, or Poisson and
+//! gamma-bursty arrivals of plain, shared-prefix or multi-turn requests. The [`runner`] sends
+//! each at its time whatever happens to the others (open loop), streams the answer and records
+//! TTFT, inter-token gaps, end-to-end time, output tokens and errors; [`stats`] summarizes them
+//! with percentiles, throughput and goodput under SLOs, and [`report`] writes JSON, a markdown
+//! table and SVG plots. [`args`] is the `switchyard bench` command line.
+
+pub mod args;
+pub mod report;
+pub mod runner;
+pub mod stats;
+pub mod text;
+pub mod workload;

@@ -1,0 +1,219 @@
+//! A bench's results: JSON for machines, a markdown table for BENCHMARKS.md, SVG plots (latency
+//! CDFs per rate; TTFT and goodput against the request rate).
+
+use crate::stats::{Outcome, Summary};
+use plotters::prelude::*;
+use serde::Serialize;
+use std::path::Path;
+
+/// One measured point of a sweep.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    /// Offered requests per second (the workload's mean rate).
+    pub rate: f64,
+    /// Summary of the run.
+    pub summary: Summary,
+    /// Share of prompt tokens the engines served from their prefix caches during the run, if
+    /// their metrics were given.
+    pub prefix_cache_hit_rate: Option<f64>,
+    /// Per-request times, for the CDFs (ms TTFT, s end-to-end), not serialized.
+    #[serde(skip)]
+    pub outcomes: Vec<Outcome>,
+}
+
+/// The markdown table of a sweep.
+pub fn markdown(label: &str, results: &[RunResult]) -> String {
+    let mut out = format!(
+        "| {label} rate (req/s) | done / sent | errors | req/s | out tok/s | goodput | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | ITL p99 (ms) | E2E p50 / p99 (s) | prefix hit |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+    );
+    for r in results {
+        let s = &r.summary;
+        let errors: Vec<String> = s.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        out.push_str(&format!(
+            "| {:.2} | {} / {} | {} | {:.2} | {:.0} | {:.2} | {:.0} / {:.0} | {:.1} / {:.1} | {:.1} | {:.2} / {:.2} | {} |\n",
+            r.rate,
+            s.completed,
+            s.requests,
+            if errors.is_empty() { "-".to_string() } else { errors.join(", ") },
+            s.request_throughput,
+            s.output_token_throughput,
+            s.goodput,
+            s.ttft_ms.p50,
+            s.ttft_ms.p99,
+            s.tpot_ms.p50,
+            s.tpot_ms.p99,
+            s.itl_ms.p99,
+            s.e2e_s.p50,
+            s.e2e_s.p99,
+            r.prefix_cache_hit_rate
+                .map_or("-".to_string(), |h| format!("{:.1}%", h * 100.0)),
+        ));
+    }
+    out
+}
+
+fn cdf(values: &mut [f64]) -> Vec<(f64, f64)> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len() as f64;
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (v, (i + 1) as f64 / n))
+        .collect()
+}
+
+fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("plot: {e}")
+}
+
+/// A plot against the request rate: file, title, y unit, and named series (one value a rate).
+type RatePlot = (&'static str, &'static str, &'static str, Vec<(&'static str, Vec<f64>)>);
+
+/// Writes `ttft_cdf.svg`, `e2e_cdf.svg` and, for sweeps, `ttft_vs_rate.svg` and
+/// `goodput_vs_rate.svg` to `dir`.
+pub fn plots(dir: &Path, results: &[RunResult]) -> anyhow::Result<()> {
+    let series = |pick: &dyn Fn(&Outcome) -> Option<f64>| -> Vec<(f64, Vec<(f64, f64)>)> {
+        results
+            .iter()
+            .map(|r| {
+                let mut v: Vec<f64> = r
+                    .outcomes
+                    .iter()
+                    .filter(|o| o.error.is_none())
+                    .filter_map(pick)
+                    .collect();
+                (r.rate, cdf(&mut v))
+            })
+            .collect()
+    };
+    let ttft = |o: &Outcome| o.ttft.map(|t| t * 1e3);
+    let e2e = |o: &Outcome| Some(o.e2e);
+    for (file, title, unit, lines) in [
+        ("ttft_cdf.svg", "Time to first token", "ms", series(&ttft)),
+        ("e2e_cdf.svg", "End-to-end latency", "s", series(&e2e)),
+    ] {
+        let max = lines
+            .iter()
+            .flat_map(|(_, l)| l.iter().map(|p| p.0))
+            .fold(0.0f64, f64::max)
+            .max(1e-9);
+        let path = dir.join(file);
+        let root = SVGBackend::new(&path, (800, 500)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(format!("{title} (CDF)"), ("sans-serif", 22))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0.0..max * 1.05, 0.0..1.0)
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .x_desc(unit)
+            .y_desc("share of requests")
+            .draw()
+            .map_err(plot_err)?;
+        for (i, (rate, points)) in lines.into_iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                .map_err(plot_err)?
+                .label(format!("{rate:.2} req/s"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    if results.len() < 2 {
+        return Ok(());
+    }
+    let rates: Vec<f64> = results.iter().map(|r| r.rate).collect();
+    let max_rate = rates.iter().copied().fold(0.0, f64::max) * 1.05;
+    let against_rate: [RatePlot; 2] = [
+        (
+            "ttft_vs_rate.svg",
+            "TTFT against request rate",
+            "ms",
+            vec![
+                (
+                    "p50",
+                    results.iter().map(|r| r.summary.ttft_ms.p50).collect(),
+                ),
+                (
+                    "p99",
+                    results.iter().map(|r| r.summary.ttft_ms.p99).collect(),
+                ),
+            ],
+        ),
+        (
+            "goodput_vs_rate.svg",
+            "Goodput against request rate",
+            "req/s within the SLOs",
+            vec![
+                (
+                    "goodput",
+                    results.iter().map(|r| r.summary.goodput).collect(),
+                ),
+                (
+                    "throughput",
+                    results
+                        .iter()
+                        .map(|r| r.summary.request_throughput)
+                        .collect(),
+                ),
+            ],
+        ),
+    ];
+    for (file, title, unit, lines) in against_rate {
+        let top = lines
+            .iter()
+            .flat_map(|(_, v)| v.iter().copied())
+            .filter(|v| v.is_finite())
+            .fold(0.0f64, f64::max)
+            .max(1e-9)
+            * 1.1;
+        let path = dir.join(file);
+        let root = SVGBackend::new(&path, (800, 500)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 22))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..max_rate, 0.0..top)
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .x_desc("offered requests per second")
+            .y_desc(unit)
+            .draw()
+            .map_err(plot_err)?;
+        for (i, (name, values)) in lines.into_iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            let points: Vec<(f64, f64)> = rates
+                .iter()
+                .copied()
+                .zip(values)
+                .filter(|(_, v)| v.is_finite())
+                .collect();
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                .map_err(plot_err)?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(())
+}
