@@ -67,7 +67,12 @@ fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
 }
 
 /// A plot against the request rate: file, title, y unit, and named series (one value a rate).
-type RatePlot = (&'static str, &'static str, &'static str, Vec<(&'static str, Vec<f64>)>);
+type RatePlot = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Vec<(&'static str, Vec<f64>)>,
+);
 
 /// Writes `ttft_cdf.svg`, `e2e_cdf.svg` and, for sweeps, `ttft_vs_rate.svg` and
 /// `goodput_vs_rate.svg` to `dir`.
