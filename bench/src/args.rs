@@ -114,25 +114,20 @@ impl BenchArgs {
                     std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?;
                 let mut lines = mooncake::parse(&text).with_context(|| path.to_string())?;
                 lines.truncate(self.num_requests.unwrap_or(usize::MAX));
-                mooncake::requests(&lines, &words, self.speedup)
+                mooncake::requests(&lines, self.speedup)
             }
             Some(("azure", path)) => {
                 let text =
                     std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?;
-                let mut r = azure::requests(&text, &words, self.speedup)
-                    .with_context(|| path.to_string())?;
+                let mut r =
+                    azure::requests(&text, self.speedup).with_context(|| path.to_string())?;
                 r.truncate(self.num_requests.unwrap_or(usize::MAX));
                 r
             }
             _ => match self.workload.as_str() {
-                "plain" => synthetic::plain(
-                    n,
-                    self.input_len,
-                    self.output_len,
-                    arrivals,
-                    &words,
-                    self.seed,
-                ),
+                "plain" => {
+                    synthetic::plain(n, self.input_len, self.output_len, arrivals, self.seed)
+                }
                 "shared-prefix" => {
                     let mut r = synthetic::shared_prefix(
                         SharedPrefix {
@@ -250,6 +245,7 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
         timeout: Duration::from_secs_f64(args.request_timeout),
     };
     let base = args.workload()?;
+    let words = Words::builtin();
     let slo = Slo {
         ttft_ms: args.slo_ttft,
         tpot_ms: args.slo_tpot,
@@ -275,7 +271,7 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
         );
         progress.set_message(format!("{offered:.2} req/s"));
         let before = prefix_counters(&client, &args.engine_metrics).await;
-        let (outcomes, duration) = run(&client, &target, &requests, &progress).await;
+        let (outcomes, duration) = run(&client, &target, &words, &requests, &progress).await;
         progress.finish_and_clear();
         let after = prefix_counters(&client, &args.engine_metrics).await;
         let prefix_cache_hit_rate = match (before, after) {

@@ -2,6 +2,7 @@
 //! its answer is streamed and timed chunk by chunk.
 
 use crate::stats::Outcome;
+use crate::text::Words;
 use crate::workload::{BenchRequest, Prompt};
 use futures::StreamExt;
 use indicatif::ProgressBar;
@@ -23,7 +24,7 @@ pub struct Target {
 
 /// The request body for `request` (always streamed, with usage, generating exactly
 /// `max_tokens`).
-pub fn body(target: &Target, request: &BenchRequest) -> (&'static str, Value) {
+pub fn body(target: &Target, words: &Words, request: &BenchRequest) -> (&'static str, Value) {
     let common = json!({
         "model": target.model,
         "max_tokens": request.max_tokens,
@@ -34,8 +35,8 @@ pub fn body(target: &Target, request: &BenchRequest) -> (&'static str, Value) {
     });
     let mut body = common;
     match &request.prompt {
-        Prompt::Text(text) => {
-            body["prompt"] = json!(text);
+        Prompt::Text(spans) => {
+            body["prompt"] = json!(words.render(spans));
             ("/v1/completions", body)
         }
         Prompt::Chat(messages) => {
@@ -61,9 +62,14 @@ fn chunk_text(chunk: &Value) -> usize {
 }
 
 /// Sends one request now and times its answer.
-pub async fn send(client: &reqwest::Client, target: &Target, request: &BenchRequest) -> Outcome {
+pub async fn send(
+    client: &reqwest::Client,
+    target: &Target,
+    words: &Words,
+    request: &BenchRequest,
+) -> Outcome {
+    let (path, body) = body(target, words, request);
     let started = Instant::now();
-    let (path, body) = body(target, request);
     let mut call = client
         .post(format!("{}{path}", target.base_url.trim_end_matches('/')))
         .json(&body);
@@ -146,6 +152,7 @@ pub async fn send(client: &reqwest::Client, target: &Target, request: &BenchRequ
 pub async fn run(
     client: &reqwest::Client,
     target: &Target,
+    words: &Words,
     requests: &[BenchRequest],
     progress: &ProgressBar,
 ) -> (Vec<Outcome>, f64) {
@@ -153,14 +160,15 @@ pub async fn run(
     let mut tasks = Vec::with_capacity(requests.len());
     for request in requests {
         tokio::time::sleep_until(start + Duration::from_secs_f64(request.at.max(0.0))).await;
-        let (client, target, request, progress) = (
+        let (client, target, words, request, progress) = (
             client.clone(),
             target.clone(),
+            words.clone(),
             request.clone(),
             progress.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            let outcome = send(&client, &target, &request).await;
+            let outcome = send(&client, &target, &words, &request).await;
             progress.inc(1);
             outcome
         }));

@@ -2,14 +2,14 @@
 //! sizes only, so every prompt is text of its own.
 
 use super::{BenchRequest, Prompt};
-use crate::text::Words;
+use crate::text::Span;
 use chrono::NaiveDateTime;
 
 /// Seeds of Azure prompts are kept apart from other seeds.
 const AZURE_SEED: u64 = 0x617a_7572_6500_0000;
 
 /// Parses a trace into requests at its own times divided by `speedup`.
-pub fn requests(text: &str, words: &Words, speedup: f64) -> anyhow::Result<Vec<BenchRequest>> {
+pub fn requests(text: &str, speedup: f64) -> anyhow::Result<Vec<BenchRequest>> {
     let mut start: Option<NaiveDateTime> = None;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -37,7 +37,10 @@ pub fn requests(text: &str, words: &Words, speedup: f64) -> anyhow::Result<Vec<B
         let at = (time - start).num_microseconds().unwrap_or(0) as f64 / 1e6 / speedup;
         out.push(BenchRequest {
             at,
-            prompt: Prompt::Text(words.text(AZURE_SEED ^ i as u64, context.max(1))),
+            prompt: Prompt::Text(vec![Span {
+                seed: AZURE_SEED ^ i as u64,
+                count: context.max(1),
+            }]),
             prompt_tokens: context.max(1),
             max_tokens: generated.max(1),
         });
@@ -51,12 +54,10 @@ mod tests {
 
     #[test]
     fn rows_become_timed_requests() {
-        let words = Words::builtin();
         let r = requests(
             "TIMESTAMP,ContextTokens,GeneratedTokens\n\
              2023-11-16 18:17:03.9799600,48,10\n\
              2023-11-16 18:17:04.4799600,31,8\n",
-            &words,
             1.0,
         )
         .unwrap();
@@ -64,6 +65,6 @@ mod tests {
         assert!((r[1].at - 0.5).abs() < 1e-9);
         assert_eq!((r[0].prompt_tokens, r[1].max_tokens), (48, 8));
         assert_ne!(r[0].prompt, r[1].prompt);
-        assert!(requests("TIMESTAMP,a\nnot,a,row\n", &words, 1.0).is_err());
+        assert!(requests("TIMESTAMP,a\nnot,a,row\n", 1.0).is_err());
     }
 }

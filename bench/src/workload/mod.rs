@@ -4,6 +4,7 @@ pub mod azure;
 pub mod mooncake;
 pub mod synthetic;
 
+use crate::text::Span;
 use serde::Serialize;
 
 /// One chat message.
@@ -18,8 +19,8 @@ pub struct Message {
 /// What a request asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Prompt {
-    /// `/v1/completions` with this prompt.
-    Text(String),
+    /// `/v1/completions` with the text of these spans.
+    Text(Vec<Span>),
     /// `/v1/chat/completions` with these messages.
     Chat(Vec<Message>),
 }

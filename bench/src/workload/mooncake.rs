@@ -2,7 +2,7 @@
 //! hash id stands for the same 512 tokens of text wherever it appears, so prefixes really repeat.
 
 use super::{BenchRequest, Prompt};
-use crate::text::Words;
+use crate::text::Span;
 use serde::Deserialize;
 
 /// Tokens one hash id stands for.
@@ -33,34 +33,40 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<MooncakeLine>> {
         .collect()
 }
 
-/// The prompt of one line: its blocks' texts, the last one cut to `input_length`; tokens past
-/// the blocks (if a line has more tokens than blocks) are text of their own.
-pub fn prompt(line: &MooncakeLine, words: &Words, index: u64) -> String {
-    let mut text = String::new();
+/// The prompt of one line: its blocks, the last one cut to `input_length`; tokens past the
+/// blocks (if a line has more tokens than blocks) are words of their own.
+pub fn prompt(line: &MooncakeLine, index: u64) -> Vec<Span> {
+    let mut spans = Vec::with_capacity(line.hash_ids.len() + 1);
     let mut left = line.input_length;
     for &id in &line.hash_ids {
         if left == 0 {
             break;
         }
         let take = left.min(BLOCK_TOKENS);
-        text.push_str(&words.text(BLOCK_SEED ^ id, take));
+        spans.push(Span {
+            seed: BLOCK_SEED ^ id,
+            count: take,
+        });
         left -= take;
     }
     if left > 0 {
-        text.push_str(&words.text(!BLOCK_SEED ^ index, left));
+        spans.push(Span {
+            seed: !BLOCK_SEED ^ index,
+            count: left,
+        });
     }
-    text
+    spans
 }
 
 /// The trace's requests, at its own times divided by `speedup`.
-pub fn requests(lines: &[MooncakeLine], words: &Words, speedup: f64) -> Vec<BenchRequest> {
+pub fn requests(lines: &[MooncakeLine], speedup: f64) -> Vec<BenchRequest> {
     let start = lines.first().map_or(0.0, |l| l.timestamp);
     lines
         .iter()
         .enumerate()
         .map(|(i, line)| BenchRequest {
             at: (line.timestamp - start) / 1000.0 / speedup,
-            prompt: Prompt::Text(prompt(line, words, i as u64)),
+            prompt: Prompt::Text(prompt(line, i as u64)),
             prompt_tokens: line.input_length,
             max_tokens: line.output_length.max(1),
         })
@@ -80,13 +86,13 @@ mod tests {
              {\"timestamp\": 500, \"input_length\": 600, \"output_length\": 3, \"hash_ids\": [4, 1]}\n",
         )
         .unwrap();
-        let words = Words::builtin();
+        let words = crate::text::Words::builtin();
         let tokenizer = switchyard_text::tokenizer::builtin_tokenizer();
-        let r = requests(&trace, &words, 2.0);
-        let texts: Vec<&str> = r
+        let r = requests(&trace, 2.0);
+        let texts: Vec<String> = r
             .iter()
             .map(|q| match &q.prompt {
-                Prompt::Text(t) => t.as_str(),
+                Prompt::Text(spans) => words.render(spans),
                 Prompt::Chat(_) => unreachable!(),
             })
             .collect();

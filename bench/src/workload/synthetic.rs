@@ -3,7 +3,7 @@
 //! grows turn by turn.
 
 use super::{BenchRequest, Message, Prompt};
-use crate::text::Words;
+use crate::text::{Span, Words};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Exp, Gamma};
@@ -60,7 +60,6 @@ pub fn plain(
     input: usize,
     output: u32,
     arrivals: Arrivals,
-    words: &Words,
     seed: u64,
 ) -> Vec<BenchRequest> {
     arrivals
@@ -69,7 +68,10 @@ pub fn plain(
         .enumerate()
         .map(|(i, at)| BenchRequest {
             at,
-            prompt: Prompt::Text(words.text(PLAIN_SEED ^ seed ^ (i as u64) << 20, input)),
+            prompt: Prompt::Text(vec![Span {
+                seed: PLAIN_SEED ^ seed ^ (i as u64) << 20,
+                count: input,
+            }]),
             prompt_tokens: input,
             max_tokens: output,
         })
@@ -259,8 +261,8 @@ mod tests {
             })
             .collect();
         assert_eq!(systems.len(), 3, "one system prompt a group");
-        let p = plain(5, 20, 4, arrivals, &words, 9);
-        assert_eq!(p, plain(5, 20, 4, arrivals, &words, 9));
+        let p = plain(5, 20, 4, arrivals, 9);
+        assert_eq!(p, plain(5, 20, 4, arrivals, 9));
         assert_ne!(p[0].prompt, p[1].prompt);
     }
 
