@@ -6,11 +6,13 @@
 //! each at its time whatever happens to the others (open loop), streams the answer and records
 //! TTFT, inter-token gaps, end-to-end time, output tokens and errors; [`stats`] summarizes them
 //! with percentiles, throughput and goodput under SLOs, and [`report`] writes JSON, a markdown
-//! table and SVG plots. [`args`] is the `switchyard bench` command line.
+//! table and SVG plots. [`live`] is `switchyard bench`; [`workload_args`] holds the flags it
+//! shares with the simulator.
 
-pub mod args;
+pub mod live;
 pub mod report;
 pub mod runner;
 pub mod stats;
 pub mod text;
 pub mod workload;
+pub mod workload_args;

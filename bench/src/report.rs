@@ -222,3 +222,29 @@ pub fn plots(dir: &Path, results: &[RunResult]) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Prints the sweep's table and, with `out`, writes result.json (`header` plus every run's
+/// summary), result.md and the plots there.
+pub fn write_results(
+    out: Option<&Path>,
+    label: &str,
+    mut header: serde_json::Value,
+    results: &[RunResult],
+) -> anyhow::Result<()> {
+    let table = markdown(label, results);
+    println!("{table}");
+    let Some(dir) = out else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+    header["results"] = serde_json::to_value(results)?;
+    std::fs::write(
+        dir.join("result.json"),
+        serde_json::to_string_pretty(&header)?,
+    )?;
+    std::fs::write(dir.join("result.md"), &table)?;
+    plots(dir, results)?;
+    eprintln!("results written to {}", dir.display());
+    Ok(())
+}

@@ -30,7 +30,7 @@ enum Command {
     },
     /// Open-loop load against an OpenAI-compatible endpoint from a trace or a generator, with
     /// client-side latency percentiles, goodput and plots.
-    Bench(switchyard_bench::args::BenchArgs),
+    Bench(switchyard_bench::live::BenchArgs),
     /// Run a backend directly on token ids: a prompt's logits, greedy tokens, step throughput.
     Forward(switchyard_engine::forward_check::ForwardArgs),
     /// Compile every CUDA kernel to PTX (no GPU needed) and report the first error or warning.
@@ -64,7 +64,7 @@ fn main() -> anyhow::Result<()> {
             tracing::info!("switchyard engine starting with {listen:?} {engine:?}");
             runtime.block_on(switchyard_engine::launcher::run(listen, engine))
         }
-        Command::Bench(args) => runtime.block_on(switchyard_bench::args::run_bench(args)),
+        Command::Bench(args) => runtime.block_on(switchyard_bench::live::run_bench(args)),
         Command::Forward(args) => switchyard_engine::forward_check::run(args),
         Command::CudaKernels { arch } => {
             let sizes = switchyard_engine::backend::cuda::compile_kernels_to_ptx(&arch)

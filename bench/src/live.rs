@@ -1,0 +1,137 @@
+//! `switchyard bench`: load against a live endpoint, swept over request rates, and where the
+//! results go.
+
+use crate::report::{markdown, write_results, RunResult};
+use crate::runner::{run, Target};
+use crate::stats::summarize;
+use crate::text::Words;
+use crate::workload_args::WorkloadArgs;
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Flags of `switchyard bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Base URL of the OpenAI-compatible endpoint.
+    #[arg(long, default_value = "http://localhost:8000")]
+    pub url: String,
+    /// Model to ask for (default: the first of GET /v1/models).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// API key, sent as a bearer token.
+    #[arg(long, env = "OPENAI_API_KEY")]
+    pub api_key: Option<String>,
+    /// What to send and when.
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// Engines' base URLs, comma-separated: their vLLM prefix-cache counters give the hit rate.
+    #[arg(long, value_delimiter = ',')]
+    pub engine_metrics: Vec<String>,
+    /// Seconds before a request counts as a timeout.
+    #[arg(long, default_value_t = 600.0)]
+    pub request_timeout: f64,
+    /// Write result.json, result.md and SVG plots here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Sum of the samples of `family` in the `/metrics` text of each of `urls`.
+async fn counter_sum(client: &reqwest::Client, urls: &[String], family: &str) -> Option<f64> {
+    let mut total = 0.0;
+    for url in urls {
+        let text = client
+            .get(format!("{}/metrics", url.trim_end_matches('/')))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        total += text
+            .lines()
+            .filter(|l| {
+                l.strip_prefix(family)
+                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    Some(total)
+}
+
+async fn prefix_counters(client: &reqwest::Client, urls: &[String]) -> Option<(f64, f64)> {
+    if urls.is_empty() {
+        return None;
+    }
+    Some((
+        counter_sum(client, urls, "vllm:prefix_cache_hits_total").await?,
+        counter_sum(client, urls, "vllm:prefix_cache_queries_total").await?,
+    ))
+}
+
+/// Runs `switchyard bench`.
+pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(1024)
+        .build()?;
+    let model = match &args.model {
+        Some(m) => m.clone(),
+        None => {
+            let models: serde_json::Value = client
+                .get(format!("{}/v1/models", args.url.trim_end_matches('/')))
+                .send()
+                .await
+                .with_context(|| format!("cannot reach {}", args.url))?
+                .json()
+                .await?;
+            models["data"][0]["id"]
+                .as_str()
+                .context("GET /v1/models lists no model; pass --model")?
+                .to_string()
+        }
+    };
+    let target = Target {
+        base_url: args.url.clone(),
+        model,
+        api_key: args.api_key.clone(),
+        timeout: Duration::from_secs_f64(args.request_timeout),
+    };
+    let w = &args.workload;
+    let base = w.workload()?;
+    let words = Words::builtin();
+    let mut results = Vec::new();
+    for (offered, requests) in w.sweep(&base) {
+        let progress = ProgressBar::new(requests.len() as u64);
+        progress.set_style(
+            ProgressStyle::with_template(
+                "{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} answered",
+            )
+            .expect("a valid template"),
+        );
+        progress.set_message(format!("{offered:.2} req/s"));
+        let before = prefix_counters(&client, &args.engine_metrics).await;
+        let (outcomes, duration) = run(&client, &target, &words, &requests, &progress).await;
+        progress.finish_and_clear();
+        let after = prefix_counters(&client, &args.engine_metrics).await;
+        let prefix_cache_hit_rate = match (before, after) {
+            (Some((h0, q0)), Some((h1, q1))) if q1 > q0 => Some((h1 - h0) / (q1 - q0)),
+            _ => None,
+        };
+        results.push(RunResult {
+            rate: offered,
+            summary: summarize(&outcomes, duration, w.slo()),
+            prefix_cache_hit_rate,
+            outcomes,
+        });
+        eprint!("{}", markdown(&w.workload, &results[results.len() - 1..]));
+    }
+    let header = serde_json::json!({
+        "url": args.url,
+        "model": target.model,
+        "workload": w.workload,
+        "slo": w.slo(),
+    });
+    write_results(args.out.as_deref(), &w.workload, header, &results)
+}
