@@ -9,9 +9,11 @@
 //! table and SVG plots. [`live`] is `switchyard bench`; [`workload_args`] holds the flags it
 //! shares with the simulator.
 
+pub mod cluster;
 pub mod live;
 pub mod report;
 pub mod runner;
+pub mod sim;
 pub mod stats;
 pub mod text;
 pub mod workload;

@@ -120,12 +120,13 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
             _ => None,
         };
         results.push(RunResult {
+            label: w.workload.clone(),
             rate: offered,
             summary: summarize(&outcomes, duration, w.slo()),
             prefix_cache_hit_rate,
             outcomes,
         });
-        eprint!("{}", markdown(&w.workload, &results[results.len() - 1..]));
+        eprint!("{}", markdown("workload", &results[results.len() - 1..]));
     }
     let header = serde_json::json!({
         "url": args.url,
@@ -133,5 +134,5 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
         "workload": w.workload,
         "slo": w.slo(),
     });
-    write_results(args.out.as_deref(), &w.workload, header, &results)
+    write_results(args.out.as_deref(), "workload", header, &results)
 }

@@ -9,6 +9,8 @@ use std::path::Path;
 /// One measured point of a sweep.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunResult {
+    /// What was measured (the workload for `bench`, the policy for `sim`).
+    pub label: String,
     /// Offered requests per second (the workload's mean rate).
     pub rate: f64,
     /// Summary of the run.
@@ -24,13 +26,14 @@ pub struct RunResult {
 /// The markdown table of a sweep.
 pub fn markdown(label: &str, results: &[RunResult]) -> String {
     let mut out = format!(
-        "| {label} rate (req/s) | done / sent | errors | req/s | out tok/s | goodput | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | ITL p99 (ms) | E2E p50 / p99 (s) | prefix hit |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| {label} | rate (req/s) | done / sent | errors | req/s | out tok/s | goodput | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | ITL p99 (ms) | E2E p50 / p99 (s) | prefix hit |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     );
     for r in results {
         let s = &r.summary;
         let errors: Vec<String> = s.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
         out.push_str(&format!(
-            "| {:.2} | {} / {} | {} | {:.2} | {:.0} | {:.2} | {:.0} / {:.0} | {:.1} / {:.1} | {:.1} | {:.2} / {:.2} | {} |\n",
+            "| {} | {:.2} | {} / {} | {} | {:.2} | {:.0} | {:.2} | {:.0} / {:.0} | {:.1} / {:.1} | {:.1} | {:.2} / {:.2} | {} |\n",
+            r.label,
             r.rate,
             s.completed,
             s.requests,
@@ -66,18 +69,18 @@ fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!("plot: {e}")
 }
 
-/// A plot against the request rate: file, title, y unit, and named series (one value a rate).
+/// A plot against the request rate: file, title, y unit, and named series of (rate, value).
 type RatePlot = (
     &'static str,
     &'static str,
     &'static str,
-    Vec<(&'static str, Vec<f64>)>,
+    Vec<(String, Vec<(f64, f64)>)>,
 );
 
 /// Writes `ttft_cdf.svg`, `e2e_cdf.svg` and, for sweeps, `ttft_vs_rate.svg` and
 /// `goodput_vs_rate.svg` to `dir`.
 pub fn plots(dir: &Path, results: &[RunResult]) -> anyhow::Result<()> {
-    let series = |pick: &dyn Fn(&Outcome) -> Option<f64>| -> Vec<(f64, Vec<(f64, f64)>)> {
+    let series = |pick: &dyn Fn(&Outcome) -> Option<f64>| -> Vec<(String, Vec<(f64, f64)>)> {
         results
             .iter()
             .map(|r| {
@@ -87,7 +90,7 @@ pub fn plots(dir: &Path, results: &[RunResult]) -> anyhow::Result<()> {
                     .filter(|o| o.error.is_none())
                     .filter_map(pick)
                     .collect();
-                (r.rate, cdf(&mut v))
+                (format!("{} {:.2} req/s", r.label, r.rate), cdf(&mut v))
             })
             .collect()
     };
@@ -123,7 +126,7 @@ pub fn plots(dir: &Path, results: &[RunResult]) -> anyhow::Result<()> {
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))
                 .map_err(plot_err)?
-                .label(format!("{rate:.2} req/s"))
+                .label(rate)
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
         }
         chart
@@ -137,48 +140,41 @@ pub fn plots(dir: &Path, results: &[RunResult]) -> anyhow::Result<()> {
     if results.len() < 2 {
         return Ok(());
     }
-    let rates: Vec<f64> = results.iter().map(|r| r.rate).collect();
-    let max_rate = rates.iter().copied().fold(0.0, f64::max) * 1.05;
+    let max_rate = results.iter().map(|r| r.rate).fold(0.0, f64::max) * 1.05;
+    let mut labels: Vec<&str> = results.iter().map(|r| r.label.as_str()).collect();
+    labels.dedup();
+    let by_label =
+        |name: &str, value: &dyn Fn(&Summary) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
+            labels
+                .iter()
+                .map(|label| {
+                    let points = results
+                        .iter()
+                        .filter(|r| r.label == *label)
+                        .map(|r| (r.rate, value(&r.summary)))
+                        .filter(|(_, v)| v.is_finite())
+                        .collect();
+                    (format!("{label} {name}"), points)
+                })
+                .collect()
+        };
+    let mut ttft = by_label("p50", &|s| s.ttft_ms.p50);
+    ttft.extend(by_label("p99", &|s| s.ttft_ms.p99));
+    let mut goodput = by_label("goodput", &|s| s.goodput);
+    goodput.extend(by_label("throughput", &|s| s.request_throughput));
     let against_rate: [RatePlot; 2] = [
-        (
-            "ttft_vs_rate.svg",
-            "TTFT against request rate",
-            "ms",
-            vec![
-                (
-                    "p50",
-                    results.iter().map(|r| r.summary.ttft_ms.p50).collect(),
-                ),
-                (
-                    "p99",
-                    results.iter().map(|r| r.summary.ttft_ms.p99).collect(),
-                ),
-            ],
-        ),
+        ("ttft_vs_rate.svg", "TTFT against request rate", "ms", ttft),
         (
             "goodput_vs_rate.svg",
             "Goodput against request rate",
             "req/s within the SLOs",
-            vec![
-                (
-                    "goodput",
-                    results.iter().map(|r| r.summary.goodput).collect(),
-                ),
-                (
-                    "throughput",
-                    results
-                        .iter()
-                        .map(|r| r.summary.request_throughput)
-                        .collect(),
-                ),
-            ],
+            goodput,
         ),
     ];
     for (file, title, unit, lines) in against_rate {
         let top = lines
             .iter()
-            .flat_map(|(_, v)| v.iter().copied())
-            .filter(|v| v.is_finite())
+            .flat_map(|(_, v)| v.iter().map(|p| p.1))
             .fold(0.0f64, f64::max)
             .max(1e-9)
             * 1.1;
@@ -198,14 +194,8 @@ pub fn plots(dir: &Path, results: &[RunResult]) -> anyhow::Result<()> {
             .y_desc(unit)
             .draw()
             .map_err(plot_err)?;
-        for (i, (name, values)) in lines.into_iter().enumerate() {
+        for (i, (name, points)) in lines.into_iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();
-            let points: Vec<(f64, f64)> = rates
-                .iter()
-                .copied()
-                .zip(values)
-                .filter(|(_, v)| v.is_finite())
-                .collect();
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))
                 .map_err(plot_err)?

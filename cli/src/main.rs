@@ -31,6 +31,9 @@ enum Command {
     /// Open-loop load against an OpenAI-compatible endpoint from a trace or a generator, with
     /// client-side latency percentiles, goodput and plots.
     Bench(switchyard_bench::live::BenchArgs),
+    /// The whole cluster under a virtual clock (real scheduler and engine cores, simulated step
+    /// times): replay a trace in seconds, compare placement policies, plan capacity.
+    Sim(switchyard_bench::sim::SimArgs),
     /// Run a backend directly on token ids: a prompt's logits, greedy tokens, step throughput.
     Forward(switchyard_engine::forward_check::ForwardArgs),
     /// Compile every CUDA kernel to PTX (no GPU needed) and report the first error or warning.
@@ -65,6 +68,7 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(switchyard_engine::launcher::run(listen, engine))
         }
         Command::Bench(args) => runtime.block_on(switchyard_bench::live::run_bench(args)),
+        Command::Sim(args) => switchyard_bench::sim::run_sim(args),
         Command::Forward(args) => switchyard_engine::forward_check::run(args),
         Command::CudaKernels { arch } => {
             let sizes = switchyard_engine::backend::cuda::compile_kernels_to_ptx(&arch)

@@ -4,7 +4,9 @@
 mod builtin;
 mod incremental;
 
-pub use builtin::{builtin_tokenizer, BUILTIN_MODEL_NAME, CORPUS as BUILTIN_CORPUS};
+pub use builtin::{
+    builtin_tokenizer, BUILTIN_MODEL_NAME, CORPUS as BUILTIN_CORPUS, IM_END, IM_START,
+};
 pub use incremental::IncrementalDecoder;
 
 use rustc_hash::FxHashSet;

@@ -1,0 +1,500 @@
+//! The whole cluster under a virtual clock, with no HTTP: the real scheduler (policies, CMS,
+//! LRS, prefix index, predictor) placing each request on one of N real engine cores (batch
+//! scheduler, paged KV cache with prefix caching) whose steps last what the simulated backend's
+//! step model says for a GPU and a model shape.
+//!
+//! It is a discrete-event loop over two kinds of event, a request arriving and an instance's
+//! step ending. Every instance publishes its status and KV events to the scheduler after each
+//! step and after each request it accepts, as the real engines do on their streams; nothing else
+//! passes time, so an hour-long trace replays as fast as the cores can plan their steps.
+
+use crate::stats::Outcome;
+use crate::text::Words;
+use crate::workload::{BenchRequest, Prompt};
+use indicatif::ProgressBar;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use switchyard_engine::backend::sim::{
+    GpuProfile, ModelShape, SimBackend, SimVocabulary, StepTimeModel,
+};
+use switchyard_engine::backend::{Backend, ModelOutput};
+use switchyard_engine::core::{AddError, CoreConfig, EngineCore, NewSeq, SeqEvent, StepPlan};
+use switchyard_engine::sampling::{SamplingParams, StopParams};
+use switchyard_engine::sched::SeqId;
+use switchyard_protocol::hashing::block_hashes;
+use switchyard_protocol::schedule::{InferStage, ScheduleRequest};
+use switchyard_scheduler::cms::InstanceMeta;
+use switchyard_scheduler::policy::Policy;
+use switchyard_scheduler::{Scheduler, SchedulerConfig};
+use switchyard_text::tokenizer::{Tokenizer, IM_END, IM_START};
+
+/// The simulated cluster's shape.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// Engine instances.
+    pub instances: usize,
+    /// The scheduler's placement policy.
+    pub policy: Policy,
+    /// With the predictive policy: the TPOT objective, seconds.
+    pub tpot_slo: Option<f64>,
+    /// The GPU each instance runs on.
+    pub gpu: GpuProfile,
+    /// The model it serves.
+    pub shape: ModelShape,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Token budget of a step.
+    pub max_num_batched_tokens: usize,
+    /// Most running sequences.
+    pub max_num_seqs: usize,
+    /// Share of GPU memory for weights and KV cache.
+    pub gpu_memory_utilization: f64,
+}
+
+/// What a simulated run produced.
+#[derive(Debug, Clone)]
+pub struct SimRun {
+    /// Each request's outcome, in request order.
+    pub outcomes: Vec<Outcome>,
+    /// Virtual seconds from the first arrival to the last answer.
+    pub duration: f64,
+    /// Prompt tokens served from prefix caches over prompt tokens, for finished requests.
+    pub prefix_cache_hit_rate: f64,
+    /// Engine steps taken over all instances.
+    pub steps: u64,
+}
+
+/// One engine instance: its core, its step model and the step in progress.
+struct Node {
+    id: String,
+    core: EngineCore,
+    backend: SimBackend,
+    running: Option<(StepPlan, ModelOutput)>,
+    requests: HashMap<SeqId, usize>,
+}
+
+/// A request's progress as its client would see it.
+#[derive(Default)]
+struct Track {
+    arrival: f64,
+    last_token: Option<f64>,
+    outcome: Outcome,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Happening {
+    Arrival(usize),
+    StepEnd(usize),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Event {
+    time: f64,
+    order: u64,
+    happening: Happening,
+}
+
+impl Eq for Event {}
+
+impl Ord for Event {
+    /// Earliest first (the heap is a max-heap), ties in the order they were queued.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .time
+            .total_cmp(&self.time)
+            .then(other.order.cmp(&self.order))
+    }
+}
+
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// The token ids an engine serving the built-in tokenizer would see for `prompt` (chats in the
+/// ChatML layout of the built-in template).
+pub fn prompt_tokens(prompt: &Prompt, words: &Words, tokenizer: &Tokenizer) -> Vec<u32> {
+    match prompt {
+        Prompt::Text(spans) => words.render_tokens(spans),
+        Prompt::Chat(messages) => {
+            let special = |t: &str| tokenizer.encode(t, false).unwrap_or_default();
+            let (start, end) = (special(IM_START), special(IM_END));
+            let mut tokens = Vec::new();
+            for m in messages {
+                tokens.extend_from_slice(&start);
+                tokens.extend(
+                    tokenizer
+                        .encode(&format!("{}\n{}", m.role, m.content), false)
+                        .unwrap_or_default(),
+                );
+                tokens.extend_from_slice(&end);
+            }
+            tokens.extend_from_slice(&start);
+            tokens.extend(tokenizer.encode("assistant\n", false).unwrap_or_default());
+            tokens
+        }
+    }
+}
+
+/// The simulated cluster.
+pub struct Cluster {
+    nodes: Vec<Node>,
+    scheduler: Scheduler,
+    model: String,
+    max_model_len: usize,
+    block_size: usize,
+    events: BinaryHeap<Event>,
+    queued: u64,
+}
+
+impl Cluster {
+    /// Instances as `config` describes, idle, each known to the scheduler by its first status.
+    pub fn new(
+        config: &ClusterConfig,
+        tokenizer: &Tokenizer,
+        corpus: &str,
+    ) -> anyhow::Result<Self> {
+        let step_time = StepTimeModel::new(config.gpu, config.shape.clone());
+        let num_blocks =
+            step_time.kv_capacity_blocks(config.gpu_memory_utilization, config.block_size);
+        if num_blocks == 0 {
+            anyhow::bail!(
+                "no KV block fits: {} does not leave room on a {}",
+                config.shape.name,
+                config.gpu.name
+            );
+        }
+        let max_model_len =
+            (config.shape.max_position_embeddings as usize).min(num_blocks * config.block_size);
+        let vocabulary = SimVocabulary::from_tokenizer(tokenizer, corpus);
+        let model = config.shape.name.clone();
+        let mut scheduler = Scheduler::new(
+            SchedulerConfig {
+                policy: config.policy,
+                staleness: f64::INFINITY,
+                block_size: config.block_size as u32,
+                tpot_slo: config.tpot_slo,
+                ..SchedulerConfig::default()
+            },
+            0,
+        );
+        let mut nodes = Vec::with_capacity(config.instances);
+        for i in 0..config.instances {
+            let id = format!("sim-{i}");
+            scheduler.add_instance(InstanceMeta {
+                id: id.clone(),
+                endpoint: id.clone(),
+                model: model.clone(),
+                role: InferStage::Neutral,
+                kind: Default::default(),
+            });
+            let backend = SimBackend::new(step_time.clone(), vocabulary.clone());
+            let mut core = EngineCore::new(CoreConfig {
+                block_size: config.block_size,
+                num_blocks,
+                prefix_caching: true,
+                max_num_batched_tokens: config.max_num_batched_tokens,
+                max_num_seqs: config.max_num_seqs,
+                max_waiting_requests: usize::MAX,
+                max_model_len,
+                trace: false,
+            });
+            let status = core.status(0.0, backend.step_prior());
+            scheduler.on_status(&id, status, 0.0);
+            nodes.push(Node {
+                id,
+                core,
+                backend,
+                running: None,
+                requests: HashMap::new(),
+            });
+        }
+        Ok(Cluster {
+            nodes,
+            scheduler,
+            model,
+            max_model_len,
+            block_size: config.block_size,
+            events: BinaryHeap::new(),
+            queued: 0,
+        })
+    }
+
+    fn queue(&mut self, time: f64, happening: Happening) {
+        self.queued += 1;
+        self.events.push(Event {
+            time,
+            order: self.queued,
+            happening,
+        });
+    }
+
+    /// Tells the scheduler what node `n` looks like now, as its status stream would.
+    fn publish(
+        &mut self,
+        n: usize,
+        now: f64,
+        steps: Vec<switchyard_protocol::engine_state::StepSample>,
+    ) {
+        let node = &mut self.nodes[n];
+        let status = node.core.status(now, steps);
+        let events = node.core.take_kv_events();
+        let id = node.id.clone();
+        self.scheduler.on_status(&id, status, now);
+        if !events.is_empty() {
+            // A gap in the events cannot happen here: every event reaches the index in order.
+            let _ = self.scheduler.on_kv_events(&id, &events);
+        }
+    }
+
+    /// Starts node `n`'s next step at `now` if it is idle and has work.
+    fn start_step(&mut self, n: usize, now: f64) {
+        let node = &mut self.nodes[n];
+        if node.running.is_some() {
+            return;
+        }
+        if let Some(plan) = node.core.plan(now) {
+            let output = node.backend.execute(&plan.batch);
+            let seconds = output.modeled_seconds.unwrap_or(0.0).max(1e-6);
+            node.running = Some((plan, output));
+            self.queue(now + seconds, Happening::StepEnd(n));
+        }
+    }
+
+    /// Replays `requests` (their `at` is the arrival time) and returns what each client saw.
+    pub fn run(
+        mut self,
+        requests: &[BenchRequest],
+        words: &Words,
+        tokenizer: &Tokenizer,
+        progress: &ProgressBar,
+    ) -> SimRun {
+        let mut tracks: Vec<Track> = requests
+            .iter()
+            .map(|r| Track {
+                arrival: r.at,
+                ..Default::default()
+            })
+            .collect();
+        for (i, r) in requests.iter().enumerate() {
+            self.queue(r.at, Happening::Arrival(i));
+        }
+        let (mut prompt_total, mut cached_total, mut steps) = (0usize, 0usize, 0u64);
+        let mut end = 0.0f64;
+        while let Some(event) = self.events.pop() {
+            let now = event.time;
+            match event.happening {
+                Happening::Arrival(i) => {
+                    let request = &requests[i];
+                    let prompt = prompt_tokens(&request.prompt, words, tokenizer);
+                    let track = &mut tracks[i];
+                    if prompt.is_empty()
+                        || prompt.len() + request.max_tokens as usize > self.max_model_len
+                    {
+                        track.outcome.error = Some("prompt_too_long".into());
+                        progress.inc(1);
+                        continue;
+                    }
+                    self.scheduler.tick(now);
+                    let ask = ScheduleRequest {
+                        request_id: i.to_string(),
+                        model: self.model.clone(),
+                        prompt_tokens: prompt.len() as u32,
+                        block_hashes: block_hashes(&prompt, self.block_size),
+                        max_tokens: request.max_tokens,
+                        priority: 0,
+                        infer_stage: InferStage::Neutral,
+                        exclude: Vec::new(),
+                        gateway: None,
+                    };
+                    let placement = match self.scheduler.schedule(&ask, now) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            track.outcome.error = Some(format!("schedule_{}", e.label()));
+                            progress.inc(1);
+                            continue;
+                        }
+                    };
+                    let n = self
+                        .nodes
+                        .iter()
+                        .position(|node| node.id == placement.decision.instance_id)
+                        .expect("the scheduler places on known instances");
+                    let added = self.nodes[n].core.add(
+                        NewSeq {
+                            request_id: i.to_string(),
+                            prompt,
+                            sampling: SamplingParams::greedy(),
+                            stop: StopParams {
+                                max_tokens: request.max_tokens,
+                                ignore_eos: true,
+                                ..StopParams::default()
+                            },
+                            priority: 0,
+                        },
+                        now,
+                    );
+                    match added {
+                        Ok(seq) => {
+                            self.nodes[n].requests.insert(seq, i);
+                            self.publish(n, now, Vec::new());
+                            self.start_step(n, now);
+                        }
+                        Err(AddError::QueueFull) => {
+                            self.scheduler.release(&i.to_string());
+                            track.outcome.error = Some("queue_full".into());
+                            progress.inc(1);
+                        }
+                    }
+                }
+                Happening::StepEnd(n) => {
+                    steps += 1;
+                    let (plan, output) = self.nodes[n]
+                        .running
+                        .take()
+                        .expect("a step end follows a step start");
+                    let report = self.nodes[n].core.complete(plan, output, now);
+                    for seq_event in report.events {
+                        match seq_event {
+                            SeqEvent::Token(seq, _) => {
+                                let Some(&i) = self.nodes[n].requests.get(&seq) else {
+                                    continue;
+                                };
+                                let t = &mut tracks[i];
+                                match t.last_token {
+                                    None => t.outcome.ttft = Some(now - t.arrival),
+                                    Some(last) => t.outcome.itls.push(now - last),
+                                }
+                                t.last_token = Some(now);
+                                t.outcome.output_tokens += 1;
+                            }
+                            SeqEvent::Finished(finished) => {
+                                let Some(i) = self.nodes[n].requests.remove(&finished.seq) else {
+                                    continue;
+                                };
+                                let t = &mut tracks[i];
+                                t.outcome.e2e = now - t.arrival;
+                                t.outcome.prompt_tokens = finished.prompt_tokens as u32;
+                                prompt_total += finished.prompt_tokens;
+                                cached_total += finished.cached_tokens;
+                                self.scheduler.release(&finished.request_id);
+                                end = end.max(now);
+                                progress.inc(1);
+                            }
+                        }
+                    }
+                    self.publish(n, now, vec![report.sample]);
+                    self.start_step(n, now);
+                }
+            }
+        }
+        let start = requests.first().map_or(0.0, |r| r.at);
+        SimRun {
+            outcomes: tracks.into_iter().map(|t| t.outcome).collect(),
+            duration: (end - start).max(0.0),
+            prefix_cache_hit_rate: if prompt_total == 0 {
+                0.0
+            } else {
+                cached_total as f64 / prompt_total as f64
+            },
+            steps,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::text::Span;
+
+    fn config(instances: usize, policy: Policy) -> ClusterConfig {
+        ClusterConfig {
+            instances,
+            policy,
+            tpot_slo: None,
+            gpu: GpuProfile::by_name("h100").unwrap(),
+            shape: ModelShape::preset("qwen3-0.6b").unwrap(),
+            block_size: 16,
+            max_num_batched_tokens: 8192,
+            max_num_seqs: 256,
+            gpu_memory_utilization: 0.9,
+        }
+    }
+
+    fn shared_prefix_requests(n: usize, gap: f64) -> Vec<BenchRequest> {
+        (0..n)
+            .map(|i| BenchRequest {
+                at: i as f64 * gap,
+                prompt: Prompt::Text(vec![
+                    Span {
+                        seed: (i % 3) as u64,
+                        count: 2048,
+                    },
+                    Span {
+                        seed: 1000 + i as u64,
+                        count: 32,
+                    },
+                ]),
+                prompt_tokens: 2080,
+                max_tokens: 16,
+            })
+            .collect()
+    }
+
+    fn simulate(instances: usize, policy: Policy, requests: &[BenchRequest]) -> SimRun {
+        let tokenizer = switchyard_text::tokenizer::builtin_tokenizer();
+        let words = Words::builtin();
+        let cluster = Cluster::new(
+            &config(instances, policy),
+            &tokenizer,
+            switchyard_text::tokenizer::BUILTIN_CORPUS,
+        )
+        .unwrap();
+        cluster.run(requests, &words, &tokenizer, &ProgressBar::hidden())
+    }
+
+    #[test]
+    fn every_request_finishes_with_its_tokens_and_the_run_repeats_exactly() {
+        let requests = shared_prefix_requests(64, 0.01);
+        let run = simulate(4, Policy::CacheAware, &requests);
+        assert_eq!(run.outcomes.len(), 64);
+        for o in &run.outcomes {
+            assert_eq!(o.error, None);
+            assert_eq!(o.output_tokens, 16);
+            assert_eq!(o.itls.len(), 15);
+            assert!(o.ttft.unwrap() > 0.0 && o.e2e >= o.ttft.unwrap());
+            assert_eq!(o.prompt_tokens, 2080);
+        }
+        assert!(run.steps > 0 && run.duration > 0.0);
+        let again = simulate(4, Policy::CacheAware, &requests);
+        assert_eq!(run.outcomes, again.outcomes, "deterministic");
+    }
+
+    #[test]
+    fn cache_aware_placement_reuses_prefixes_that_round_robin_scatters() {
+        let requests = shared_prefix_requests(64, 0.05);
+        let aware = simulate(8, Policy::CacheAware, &requests);
+        let round_robin = simulate(8, Policy::RoundRobin, &requests);
+        // Three prefixes over eight instances in turn: round-robin computes each prefix on
+        // every instance, cache-aware on one.
+        assert!(
+            aware.prefix_cache_hit_rate > round_robin.prefix_cache_hit_rate + 0.1,
+            "{} vs {}",
+            aware.prefix_cache_hit_rate,
+            round_robin.prefix_cache_hit_rate
+        );
+    }
+
+    #[test]
+    fn prompts_beyond_the_model_length_are_refused_not_lost() {
+        let mut requests = shared_prefix_requests(2, 0.01);
+        requests[1].prompt = Prompt::Text(vec![Span {
+            seed: 1,
+            count: 50_000,
+        }]);
+        let run = simulate(1, Policy::LeastRequests, &requests);
+        assert_eq!(run.outcomes[0].error, None);
+        assert_eq!(run.outcomes[1].error.as_deref(), Some("prompt_too_long"));
+    }
+}
