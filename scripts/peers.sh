@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Side by side, on the same simulated engines and the same workload: switchyard (scheduler +
+# gateway), SGLang Model Gateway (`smg`, cache_aware and round_robin) and vLLM Router
+# (cache_aware and round_robin), each driven by `switchyard bench` over a sweep of request rates;
+# plus the engines called directly at a low rate, to show what each router adds.
+#
+#   scripts/peers.sh [OUT_DIR]
+#
+# Settings (environment): ENGINES (4), SIM_MODEL (llama-3.1-8b), RATES (2,4,8,16),
+# WORKLOAD_FLAGS (a shared-prefix workload), SLO_TTFT / SLO_TPOT (ms: 2000 / 100).
+# The peers are installed with pip into a virtual environment under target/; they are never a
+# dependency of the build or the tests. Writes OUT_DIR/<router>/result.{json,md} and the SVG
+# plots, and OUT_DIR/summary.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-target/peers}
+engines=${ENGINES:-4}
+sim_model=${SIM_MODEL:-llama-3.1-8b}
+rates=${RATES:-2,4,8,16}
+slo_ttft=${SLO_TTFT:-2000}
+slo_tpot=${SLO_TPOT:-100}
+workload=${WORKLOAD_FLAGS:---workload shared-prefix --groups 30 --users-per-group 5 --system-len 2000 --question-len 64 --output-len 64}
+venv=target/peers-venv
+mkdir -p "$out"
+
+if [ ! -x "$venv/bin/smg" ] || [ ! -x "$venv/bin/vllm-router" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q smg vllm-router
+fi
+cargo build --release -q
+bin=target/release/switchyard
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+wait_for() {
+    for _ in $(seq 1 300); do
+        if curl -sf "$1" >/dev/null 2>&1; then return 0; fi
+        sleep 0.1
+    done
+    echo "$1 never answered" >&2
+    return 1
+}
+
+engine_port=19500
+"$bin" engine --backend sim --sim-model "$sim_model" --instances "$engines" --port "$engine_port" \
+    --host 127.0.0.1 >"$out/engines.log" 2>&1 &
+pids+=($!)
+urls=()
+for i in $(seq 0 $((engines - 1))); do
+    urls+=("http://127.0.0.1:$((engine_port + i))")
+    wait_for "http://127.0.0.1:$((engine_port + i))/health"
+done
+joined=$(IFS=,; echo "${urls[*]}")
+model=$(curl -s "${urls[0]}/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
+
+bench() { # name url flags...
+    local name=$1 url=$2
+    shift 2
+    echo "== $name"
+    # Caches start cold for every router.
+    for u in "${urls[@]}"; do curl -s -X POST "$u/reset_prefix_cache" >/dev/null || true; done
+    "$bin" bench --url "$url" --model "$model" $workload --slo-ttft "$slo_ttft" --slo-tpot "$slo_tpot" \
+        --engine-metrics "$joined" --out "$out/$name" "$@" | tee "$out/$name.md"
+}
+
+start() { # name port command...
+    local name=$1 port=$2
+    shift 2
+    "$@" >"$out/$name.log" 2>&1 &
+    pids+=($!)
+    wait_for "http://127.0.0.1:$port/health" || wait_for "http://127.0.0.1:$port/v1/models"
+}
+
+stop_last() { kill "${pids[-1]}" 2>/dev/null || true; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'; }
+
+# What a router adds: the same low-rate workload straight to one engine, then through each.
+bench direct "${urls[0]}" --rate 1 --num-requests 40
+
+start switchyard-scheduler 19600 "$bin" scheduler --port 19600 --host 127.0.0.1 --instances "$joined" --policy cache-aware
+start switchyard 19601 "$bin" gateway --port 19601 --host 127.0.0.1 --scheduler http://127.0.0.1:19600 --served-model-name "$model"
+bench switchyard-low http://127.0.0.1:19601 --rate 1 --num-requests 40
+bench switchyard http://127.0.0.1:19601 --rate "$rates"
+stop_last
+stop_last
+
+for policy in cache_aware round_robin; do
+    start "smg-$policy" 19602 "$venv/bin/smg" launch --host 127.0.0.1 --port 19602 --policy "$policy" \
+        --worker-urls "${urls[@]}"
+    bench "smg-$policy-low" http://127.0.0.1:19602 --rate 1 --num-requests 40
+    bench "smg-$policy" http://127.0.0.1:19602 --rate "$rates"
+    stop_last
+    start "vllm-router-$policy" 19603 "$venv/bin/vllm-router" --host 127.0.0.1 --port 19603 \
+        --policy "$policy" --worker-urls "${urls[@]}"
+    bench "vllm-router-$policy-low" http://127.0.0.1:19603 --rate 1 --num-requests 40
+    bench "vllm-router-$policy" http://127.0.0.1:19603 --rate "$rates"
+    stop_last
+done
+
+{
+    echo "Engines: $engines simulated $sim_model on H100; workload: $workload; SLOs: TTFT $slo_ttft ms, TPOT $slo_tpot ms."
+    echo
+    for f in "$out"/*.md; do
+        [ "$(basename "$f")" = summary.md ] && continue
+        echo "### $(basename "$f" .md)"
+        echo
+        grep '^|' "$f" | awk '!seen[$0]++'
+        echo
+    done
+} >"$out/summary.md"
+echo "summary: $out/summary.md"
