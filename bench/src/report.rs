@@ -69,18 +69,59 @@ fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!("plot: {e}")
 }
 
-/// A plot against the request rate: file, title, y unit, and named series of (rate, value).
-type RatePlot = (
-    &'static str,
-    &'static str,
-    &'static str,
-    Vec<(String, Vec<(f64, f64)>)>,
-);
+/// Named series of (x, y) points.
+type Lines = Vec<(String, Vec<(f64, f64)>)>;
+
+/// One SVG line chart: `axes` names x and y, `top` is the largest y shown.
+fn line_chart(
+    path: &Path,
+    title: &str,
+    axes: (&str, &str),
+    top: f64,
+    lines: Lines,
+) -> anyhow::Result<()> {
+    let right = lines
+        .iter()
+        .flat_map(|(_, l)| l.iter().map(|p| p.0))
+        .fold(0.0f64, f64::max)
+        .max(1e-9)
+        * 1.05;
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..right, 0.0..top)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc(axes.0)
+        .y_desc(axes.1)
+        .draw()
+        .map_err(plot_err)?;
+    for (i, (name, points)) in lines.into_iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
+            .map_err(plot_err)?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(plot_err)?;
+    root.present().map_err(plot_err)
+}
 
 /// Writes `ttft_cdf.svg`, `e2e_cdf.svg` and, for sweeps, `ttft_vs_rate.svg` and
 /// `goodput_vs_rate.svg` to `dir`.
 pub fn plots(dir: &Path, results: &[RunResult]) -> anyhow::Result<()> {
-    let series = |pick: &dyn Fn(&Outcome) -> Option<f64>| -> Vec<(String, Vec<(f64, f64)>)> {
+    let cdfs = |pick: &dyn Fn(&Outcome) -> Option<f64>| -> Lines {
         results
             .iter()
             .map(|r| {
@@ -94,123 +135,68 @@ pub fn plots(dir: &Path, results: &[RunResult]) -> anyhow::Result<()> {
             })
             .collect()
     };
-    let ttft = |o: &Outcome| o.ttft.map(|t| t * 1e3);
-    let e2e = |o: &Outcome| Some(o.e2e);
-    for (file, title, unit, lines) in [
-        ("ttft_cdf.svg", "Time to first token", "ms", series(&ttft)),
-        ("e2e_cdf.svg", "End-to-end latency", "s", series(&e2e)),
-    ] {
-        let max = lines
-            .iter()
-            .flat_map(|(_, l)| l.iter().map(|p| p.0))
-            .fold(0.0f64, f64::max)
-            .max(1e-9);
-        let path = dir.join(file);
-        let root = SVGBackend::new(&path, (800, 500)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(format!("{title} (CDF)"), ("sans-serif", 22))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(50)
-            .build_cartesian_2d(0.0..max * 1.05, 0.0..1.0)
-            .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .x_desc(unit)
-            .y_desc("share of requests")
-            .draw()
-            .map_err(plot_err)?;
-        for (i, (rate, points)) in lines.into_iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(points, color.stroke_width(2)))
-                .map_err(plot_err)?
-                .label(rate)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(plot_err)?;
-        root.present().map_err(plot_err)?;
-    }
+    let ttft = cdfs(&|o| o.ttft.map(|t| t * 1e3));
+    line_chart(
+        &dir.join("ttft_cdf.svg"),
+        "Time to first token (CDF)",
+        ("ms", "share of requests"),
+        1.0,
+        ttft,
+    )?;
+    let e2e = cdfs(&|o| Some(o.e2e));
+    line_chart(
+        &dir.join("e2e_cdf.svg"),
+        "End-to-end latency (CDF)",
+        ("s", "share of requests"),
+        1.0,
+        e2e,
+    )?;
     if results.len() < 2 {
         return Ok(());
     }
-    let max_rate = results.iter().map(|r| r.rate).fold(0.0, f64::max) * 1.05;
     let mut labels: Vec<&str> = results.iter().map(|r| r.label.as_str()).collect();
     labels.dedup();
-    let by_label =
-        |name: &str, value: &dyn Fn(&Summary) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
-            labels
-                .iter()
-                .map(|label| {
-                    let points = results
-                        .iter()
-                        .filter(|r| r.label == *label)
-                        .map(|r| (r.rate, value(&r.summary)))
-                        .filter(|(_, v)| v.is_finite())
-                        .collect();
-                    (format!("{label} {name}"), points)
-                })
-                .collect()
-        };
-    let mut ttft = by_label("p50", &|s| s.ttft_ms.p50);
-    ttft.extend(by_label("p99", &|s| s.ttft_ms.p99));
-    let mut goodput = by_label("goodput", &|s| s.goodput);
-    goodput.extend(by_label("throughput", &|s| s.request_throughput));
-    let against_rate: [RatePlot; 2] = [
-        ("ttft_vs_rate.svg", "TTFT against request rate", "ms", ttft),
-        (
-            "goodput_vs_rate.svg",
-            "Goodput against request rate",
-            "req/s within the SLOs",
-            goodput,
-        ),
-    ];
-    for (file, title, unit, lines) in against_rate {
-        let top = lines
+    let by_label = |name: &str, value: &dyn Fn(&Summary) -> f64| -> Lines {
+        labels
             .iter()
-            .flat_map(|(_, v)| v.iter().map(|p| p.1))
+            .map(|label| {
+                let points = results
+                    .iter()
+                    .filter(|r| r.label == *label)
+                    .map(|r| (r.rate, value(&r.summary)))
+                    .filter(|(_, v)| v.is_finite())
+                    .collect();
+                (format!("{label} {name}"), points)
+            })
+            .collect()
+    };
+    let top = |lines: &Lines| {
+        lines
+            .iter()
+            .flat_map(|(_, l)| l.iter().map(|p| p.1))
             .fold(0.0f64, f64::max)
             .max(1e-9)
-            * 1.1;
-        let path = dir.join(file);
-        let root = SVGBackend::new(&path, (800, 500)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 22))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0.0..max_rate, 0.0..top)
-            .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .x_desc("offered requests per second")
-            .y_desc(unit)
-            .draw()
-            .map_err(plot_err)?;
-        for (i, (name, points)) in lines.into_iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(points, color.stroke_width(2)))
-                .map_err(plot_err)?
-                .label(name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(plot_err)?;
-        root.present().map_err(plot_err)?;
-    }
-    Ok(())
+            * 1.1
+    };
+    let mut ttft = by_label("p50", &|s| s.ttft_ms.p50);
+    ttft.extend(by_label("p99", &|s| s.ttft_ms.p99));
+    let rate_axis = "offered requests per second";
+    line_chart(
+        &dir.join("ttft_vs_rate.svg"),
+        "TTFT against request rate",
+        (rate_axis, "ms"),
+        top(&ttft),
+        ttft,
+    )?;
+    let mut goodput = by_label("goodput", &|s| s.goodput);
+    goodput.extend(by_label("throughput", &|s| s.request_throughput));
+    line_chart(
+        &dir.join("goodput_vs_rate.svg"),
+        "Goodput against request rate",
+        (rate_axis, "req/s (goodput: within the SLOs)"),
+        top(&goodput),
+        goodput,
+    )
 }
 
 /// Prints the sweep's table and, with `out`, writes result.json (`header` plus every run's
