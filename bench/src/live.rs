@@ -1,13 +1,12 @@
 //! `switchyard bench`: load against a live endpoint, swept over request rates, and where the
 //! results go.
 
-use crate::report::{markdown, write_results, RunResult};
+use crate::report::{markdown, progress_bar, write_results, RunResult};
 use crate::runner::{run, Target};
 use crate::stats::summarize;
 use crate::text::Words;
 use crate::workload_args::WorkloadArgs;
 use anyhow::Context;
-use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -103,14 +102,7 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
     let words = Words::builtin();
     let mut results = Vec::new();
     for (offered, requests) in w.sweep(&base) {
-        let progress = ProgressBar::new(requests.len() as u64);
-        progress.set_style(
-            ProgressStyle::with_template(
-                "{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} answered",
-            )
-            .expect("a valid template"),
-        );
-        progress.set_message(format!("{offered:.2} req/s"));
+        let progress = progress_bar(requests.len(), format!("{offered:.2} req/s"));
         let before = prefix_counters(&client, &args.engine_metrics).await;
         let (outcomes, duration) = run(&client, &target, &words, &requests, &progress).await;
         progress.finish_and_clear();

@@ -2,6 +2,7 @@
 //! CDFs per rate; TTFT and goodput against the request rate).
 
 use crate::stats::{Outcome, Summary};
+use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use serde::Serialize;
 use std::path::Path;
@@ -223,4 +224,15 @@ pub fn write_results(
     plots(dir, results)?;
     eprintln!("results written to {}", dir.display());
     Ok(())
+}
+
+/// A progress bar over `len` requests, labelled `message`.
+pub fn progress_bar(len: usize, message: String) -> ProgressBar {
+    let bar = ProgressBar::new(len as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} answered")
+            .expect("a valid template"),
+    );
+    bar.set_message(message);
+    bar
 }

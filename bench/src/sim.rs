@@ -2,12 +2,11 @@
 //! each placement policy and rate asked for, summarized like `switchyard bench`.
 
 use crate::cluster::{Cluster, ClusterConfig};
-use crate::report::{markdown, write_results, RunResult};
+use crate::report::{markdown, progress_bar, write_results, RunResult};
 use crate::stats::summarize;
 use crate::text::Words;
 use crate::workload_args::WorkloadArgs;
 use anyhow::Context;
-use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::time::Instant;
 use switchyard_engine::backend::sim::{GpuProfile, ModelShape};
@@ -86,14 +85,7 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
                 max_num_seqs: args.max_num_seqs,
                 gpu_memory_utilization: args.gpu_memory_utilization,
             };
-            let progress = ProgressBar::new(requests.len() as u64);
-            progress.set_style(
-                ProgressStyle::with_template(
-                    "{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} answered",
-                )
-                .expect("a valid template"),
-            );
-            progress.set_message(format!("{name} at {offered:.2} req/s"));
+            let progress = progress_bar(requests.len(), format!("{name} at {offered:.2} req/s"));
             let started = Instant::now();
             let cluster = Cluster::new(
                 &config,
