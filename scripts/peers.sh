@@ -6,7 +6,7 @@
 #
 #   scripts/peers.sh [OUT_DIR]
 #
-# Settings (environment): ENGINES (4), SIM_MODEL (llama-3.1-8b), RATES (2,4,8,16),
+# Settings (environment): ENGINES (4), SIM_MODEL (llama-3.1-8b), RATES (4,16,32,64),
 # WORKLOAD_FLAGS (a shared-prefix workload), SLO_TTFT / SLO_TPOT (ms: 2000 / 100).
 # The peers are installed with pip into a virtual environment under target/; they are never a
 # dependency of the build or the tests. Writes OUT_DIR/<router>/result.{json,md} and the SVG
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 out=${1:-target/peers}
 engines=${ENGINES:-4}
 sim_model=${SIM_MODEL:-llama-3.1-8b}
-rates=${RATES:-2,4,8,16}
+rates=${RATES:-4,16,32,64}
 slo_ttft=${SLO_TTFT:-2000}
 slo_tpot=${SLO_TPOT:-100}
 workload=${WORKLOAD_FLAGS:---workload shared-prefix --groups 30 --users-per-group 5 --system-len 2000 --question-len 64 --output-len 64}
@@ -58,10 +58,9 @@ bench() { # name url flags...
     local name=$1 url=$2
     shift 2
     echo "== $name"
-    # Caches start cold for every router.
-    for u in "${urls[@]}"; do curl -s -X POST "$u/reset_prefix_cache" >/dev/null || true; done
+    # Caches start cold for every router and every rate (--reset-prefix-cache).
     "$bin" bench --url "$url" --model "$model" $workload --slo-ttft "$slo_ttft" --slo-tpot "$slo_tpot" \
-        --engine-metrics "$joined" --out "$out/$name" "$@" | tee "$out/$name.md"
+        --engine-metrics "$joined" --reset-prefix-cache --out "$out/$name" "$@" | tee "$out/$name.md"
 }
 
 start() { # name port command...

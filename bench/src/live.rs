@@ -28,6 +28,11 @@ pub struct BenchArgs {
     /// Engines' base URLs, comma-separated: their vLLM prefix-cache counters give the hit rate.
     #[arg(long, value_delimiter = ',')]
     pub engine_metrics: Vec<String>,
+    /// Before each run, empty the prefix caches of the --engine-metrics engines
+    /// (`POST /reset_prefix_cache`, as vLLM and switchyard engines take it), so that every rate
+    /// of a sweep starts cold.
+    #[arg(long)]
+    pub reset_prefix_cache: bool,
     /// Seconds before a request counts as a timeout.
     #[arg(long, default_value_t = 600.0)]
     pub request_timeout: f64,
@@ -103,6 +108,20 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
     let mut results = Vec::new();
     for (offered, requests) in w.sweep(&base) {
         let progress = progress_bar(requests.len(), format!("{offered:.2} req/s"));
+        if args.reset_prefix_cache {
+            for url in &args.engine_metrics {
+                let reset = client
+                    .post(format!("{}/reset_prefix_cache", url.trim_end_matches('/')))
+                    .send()
+                    .await
+                    .with_context(|| format!("cannot reset the prefix cache of {url}"))?;
+                anyhow::ensure!(
+                    reset.status().is_success(),
+                    "{url} refused to reset its prefix cache: {}",
+                    reset.status()
+                );
+            }
+        }
         let before = prefix_counters(&client, &args.engine_metrics).await;
         let (outcomes, duration) = run(&client, &target, &words, &requests, &progress).await;
         progress.finish_and_clear();
