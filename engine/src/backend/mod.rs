@@ -2,7 +2,9 @@
 //! next-token logits for the sequences that sample.
 //!
 //! The engine core plans the step ([`ModelBatch`]) and samples from the result ([`ModelOutput`]);
-//! a backend only does the math (or, for [`sim`], models how long it would take).
+//! a backend only does the math: [`cpu`] in f32 on every core, [`cuda`] in bf16 on a GPU (which
+//! may also pick the token itself, see [`NextToken`]), or, for [`sim`], models how long it would
+//! take.
 
 pub mod cpu;
 pub mod cuda;
