@@ -103,8 +103,8 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
         timeout: Duration::from_secs_f64(args.request_timeout),
     };
     let w = &args.workload;
-    let base = w.workload()?;
     let words = Words::builtin();
+    let base = w.workload(&words)?;
     let mut results = Vec::new();
     for (offered, requests) in w.sweep(&base) {
         let progress = progress_bar(requests.len(), format!("{offered:.2} req/s"));

@@ -6,10 +6,8 @@ use crate::report::{markdown, progress_bar, write_results, RunResult};
 use crate::stats::summarize;
 use crate::text::Words;
 use crate::workload_args::WorkloadArgs;
-use anyhow::Context;
 use std::path::PathBuf;
 use std::time::Instant;
-use switchyard_engine::backend::sim::{GpuProfile, ModelShape};
 use switchyard_scheduler::policy::Policy;
 
 /// Flags of `switchyard sim`.
@@ -25,7 +23,7 @@ pub struct SimArgs {
     /// The GPU of every instance: h100, h200, a100, l40s or a10.
     #[arg(long, default_value = "h100")]
     pub sim_gpu: String,
-    /// The model shape: qwen3-0.6b, llama-3.2-1b, llama-3.1-8b, qwen3-32b.
+    /// The model shape: qwen3-0.6b, llama-3.2-1b, llama-3.1-8b, qwen3-32b, or a config.json path.
     #[arg(long, default_value = "qwen3-0.6b")]
     pub sim_model: String,
     /// Tokens per KV block.
@@ -50,15 +48,7 @@ pub struct SimArgs {
 
 /// Runs `switchyard sim`.
 pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
-    let gpu = GpuProfile::by_name(&args.sim_gpu).with_context(|| {
-        format!(
-            "unknown --sim-gpu {:?}; known: {}",
-            args.sim_gpu,
-            GpuProfile::names().join(", ")
-        )
-    })?;
-    let shape = ModelShape::preset(&args.sim_model)
-        .with_context(|| format!("unknown --sim-model {:?}", args.sim_model))?;
+    let (gpu, shape) = switchyard_engine::backend::sim::resolve(&args.sim_gpu, &args.sim_model)?;
     if args.instances == 0 {
         anyhow::bail!("--instances must be at least 1");
     }
@@ -68,8 +58,8 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
         .map(|p| Ok((p.clone(), p.parse::<Policy>().map_err(anyhow::Error::msg)?)))
         .collect::<anyhow::Result<_>>()?;
     let w = &args.workload;
-    let base = w.workload()?;
     let words = Words::builtin();
+    let base = w.workload(&words)?;
     let tokenizer = switchyard_text::tokenizer::builtin_tokenizer();
     let mut results = Vec::new();
     for (name, policy) in &policies {

@@ -74,8 +74,7 @@ pub struct WorkloadArgs {
 
 impl WorkloadArgs {
     /// The workload's requests at their base times, and a name for it.
-    pub fn workload(&self) -> anyhow::Result<Vec<BenchRequest>> {
-        let words = Words::builtin();
+    pub fn workload(&self, words: &Words) -> anyhow::Result<Vec<BenchRequest>> {
         let (rate, shape) = (self.rate.first().copied().unwrap_or(1.0), self.burstiness);
         let arrivals = match self.arrival {
             ArrivalKind::Poisson => Arrivals::Poisson { rate },
@@ -115,7 +114,7 @@ impl WorkloadArgs {
                             output: self.output_len,
                         },
                         arrivals,
-                        &words,
+                        words,
                         self.seed,
                     );
                     r.truncate(self.num_requests.unwrap_or(usize::MAX));
@@ -130,7 +129,7 @@ impl WorkloadArgs {
                             answer_tokens: self.output_len,
                         },
                         arrivals,
-                        &words,
+                        words,
                         self.seed,
                     );
                     r.truncate(self.num_requests.unwrap_or(usize::MAX));

@@ -2,7 +2,7 @@
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::{cuda_available, CudaBackend, CudaModel, Limits};
-use crate::backend::sim::{GpuProfile, ModelShape, SimBackend, SimVocabulary, StepTimeModel};
+use crate::backend::sim::{SimBackend, SimVocabulary, StepTimeModel};
 use crate::backend::Backend;
 use crate::core::CoreConfig;
 use crate::instance::{InstanceInfo, InstanceParts};
@@ -230,27 +230,7 @@ impl EngineArgs {
     }
 
     fn sim_model(&self, tokenizer: &Tokenizer) -> anyhow::Result<BuiltModel> {
-        let gpu = GpuProfile::by_name(&self.sim_gpu).with_context(|| {
-            format!(
-                "unknown --sim-gpu {:?}; known: {}",
-                self.sim_gpu,
-                GpuProfile::names().join(", ")
-            )
-        })?;
-        let shape = match ModelShape::preset(&self.sim_model) {
-            Some(shape) => shape,
-            None => {
-                let text = std::fs::read_to_string(&self.sim_model).with_context(|| {
-                    format!(
-                        "--sim-model {:?} is neither a preset ({}) nor a readable config.json",
-                        self.sim_model,
-                        crate::backend::sim::shape_presets().join(", ")
-                    )
-                })?;
-                ModelShape::from_config_json(&self.sim_model, &text)
-                    .with_context(|| format!("{} is not a model config", self.sim_model))?
-            }
-        };
+        let (gpu, shape) = crate::backend::sim::resolve(&self.sim_gpu, &self.sim_model)?;
         let step_time = StepTimeModel::new(gpu, shape.clone());
         let num_blocks = match self.num_kv_blocks {
             Some(n) => n,

@@ -10,7 +10,7 @@
 
 use crate::backend::{Backend, BatchSeq, ModelBatch};
 use crate::config::EngineArgs;
-use crate::sampling::NextToken;
+use crate::sampling::{NextToken, SamplingParams};
 use anyhow::{bail, Context};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -96,15 +96,9 @@ fn step(
     Ok(backend.execute(&batch).logits)
 }
 
+/// The greedy choice, as the engine's sampler makes it.
 fn argmax(logits: &crate::sampling::Logits) -> u32 {
-    let values = logits.values();
-    let mut best = 0;
-    for (i, v) in values.iter().enumerate() {
-        if *v > values[best] {
-            best = i;
-        }
-    }
-    logits.id(best)
+    crate::sampling::sample(logits.clone(), &SamplingParams::greedy(), &[], &[], 0).token
 }
 
 /// Runs `switchyard forward`.

@@ -17,6 +17,32 @@ pub fn shape_presets() -> Vec<&'static str> {
     shape::PRESET_NAMES.to_vec()
 }
 
+/// The GPU named by `--sim-gpu` and the model shape named by `--sim-model` (a preset or the path
+/// of a `config.json`), or an error that lists what is known.
+pub fn resolve(gpu: &str, model: &str) -> anyhow::Result<(GpuProfile, ModelShape)> {
+    use anyhow::Context;
+    let profile = GpuProfile::by_name(gpu).with_context(|| {
+        format!(
+            "unknown --sim-gpu {gpu:?}; known: {}",
+            GpuProfile::names().join(", ")
+        )
+    })?;
+    let shape = match ModelShape::preset(model) {
+        Some(shape) => shape,
+        None => {
+            let text = std::fs::read_to_string(model).with_context(|| {
+                format!(
+                    "--sim-model {model:?} is neither a preset ({}) nor a readable config.json",
+                    shape_presets().join(", ")
+                )
+            })?;
+            ModelShape::from_config_json(model, &text)
+                .with_context(|| format!("{model} is not a model config"))?
+        }
+    };
+    Ok((profile, shape))
+}
+
 use super::{Backend, ModelBatch, ModelOutput};
 use switchyard_protocol::engine_state::StepSample;
 
