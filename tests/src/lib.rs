@@ -22,7 +22,9 @@ pub fn binary() -> PathBuf {
         };
         build
             .run()
-            .expect("cargo builds the switchyard binary")
+            .expect(
+                "cargo builds the switchyard binary (`cargo build -p switchyard` shows why not)",
+            )
             .path()
             .to_path_buf()
     })
