@@ -336,6 +336,12 @@ def vllm_dashboard():
         "{{instance}}")], "percentunit")
     d.rate("Prefix cache queries", "vllm:prefix_cache_queries_total", "instance", unit="short",
            extra=m)
+    d.timeseries("Host-tier (external) prefix cache hit rate", [(
+        f"sum by (instance) (rate(vllm:external_prefix_cache_hits_total{d.selector(m)}[$__rate_interval])) / "
+        f"sum by (instance) (rate(vllm:external_prefix_cache_queries_total{d.selector(m)}[$__rate_interval]))",
+        "{{instance}}")], "percentunit",
+        description="Prompt tokens loaded back from the KV offloading tier "
+                    "(`--kv-offloading-size`) over prompt tokens looked up there.")
     d.rate("Preemptions", "vllm:num_preemptions_total", "instance", unit="short", extra=m)
     d.row("Throughput")
     d.rate("Prompt tokens", "vllm:prompt_tokens_total", "instance", unit="short", extra=m)

@@ -49,6 +49,8 @@ pub struct ClusterConfig {
     pub max_num_seqs: usize,
     /// Share of GPU memory for weights and KV cache.
     pub gpu_memory_utilization: f64,
+    /// Host memory per instance for the prefix cache's host tier, in GiB (0: none).
+    pub kv_offloading_size: f64,
 }
 
 /// What a simulated run produced.
@@ -60,6 +62,8 @@ pub struct SimRun {
     pub duration: f64,
     /// Prompt tokens served from prefix caches over prompt tokens, for finished requests.
     pub prefix_cache_hit_rate: f64,
+    /// The same share for one prefix cache of unlimited size that every placed request used.
+    pub unlimited_prefix_cache_hit_rate: f64,
     /// Engine steps taken over all instances.
     pub steps: u64,
 }
@@ -165,6 +169,8 @@ impl Cluster {
                 config.gpu.name
             );
         }
+        let block_bytes = config.shape.kv_bytes_per_token() as f64 * config.block_size as f64;
+        let host_blocks = (config.kv_offloading_size * (1u64 << 30) as f64 / block_bytes) as usize;
         let max_model_len =
             (config.shape.max_position_embeddings as usize).min(num_blocks * config.block_size);
         let vocabulary = SimVocabulary::from_tokenizer(tokenizer, corpus);
@@ -189,10 +195,11 @@ impl Cluster {
                 role: InferStage::Neutral,
                 kind: Default::default(),
             });
-            let backend = SimBackend::new(step_time.clone(), vocabulary.clone());
+            let backend = SimBackend::new(step_time.clone(), vocabulary.clone(), config.block_size);
             let mut core = EngineCore::new(CoreConfig {
                 block_size: config.block_size,
                 num_blocks,
+                host_blocks,
                 prefix_caching: true,
                 max_num_batched_tokens: config.max_num_batched_tokens,
                 max_num_seqs: config.max_num_seqs,
@@ -281,6 +288,7 @@ impl Cluster {
             self.queue(r.at, Happening::Arrival(i));
         }
         let (mut prompt_total, mut cached_total, mut steps) = (0usize, 0usize, 0u64);
+        let mut unlimited = UnlimitedCache::default();
         let mut end = 0.0f64;
         while let Some(event) = self.events.pop() {
             let now = event.time;
@@ -316,6 +324,7 @@ impl Cluster {
                             continue;
                         }
                     };
+                    unlimited.query(&ask.block_hashes, prompt.len(), self.block_size);
                     let n = self
                         .nodes
                         .iter()
@@ -398,8 +407,36 @@ impl Cluster {
             } else {
                 cached_total as f64 / prompt_total as f64
             },
+            unlimited_prefix_cache_hit_rate: unlimited.hit_rate(),
             steps,
         }
+    }
+}
+
+/// A prefix cache that never evicts, shared by every request: the bound on what placement can
+/// reach. Like an engine, it never counts a prompt's last token as cached.
+#[derive(Default)]
+struct UnlimitedCache {
+    seen: rustc_hash::FxHashSet<u64>,
+    queried: usize,
+    hit: usize,
+}
+
+impl UnlimitedCache {
+    /// Looks a prompt up, then keeps its blocks.
+    fn query(&mut self, hashes: &[u64], prompt_len: usize, block_size: usize) {
+        let cacheable = ((prompt_len - 1) / block_size).min(hashes.len());
+        let found = hashes[..cacheable]
+            .iter()
+            .take_while(|h| self.seen.contains(h))
+            .count();
+        self.hit += found * block_size;
+        self.queried += prompt_len;
+        self.seen.extend(hashes.iter().copied());
+    }
+
+    fn hit_rate(&self) -> f64 {
+        self.hit as f64 / self.queried.max(1) as f64
     }
 }
 
@@ -419,6 +456,7 @@ mod tests {
             max_num_batched_tokens: 8192,
             max_num_seqs: 256,
             gpu_memory_utilization: 0.9,
+            kv_offloading_size: 0.0,
         }
     }
 

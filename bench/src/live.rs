@@ -69,8 +69,10 @@ async fn prefix_counters(client: &reqwest::Client, urls: &[String]) -> Option<(f
     if urls.is_empty() {
         return None;
     }
+    // Hits in an offloading tier are vLLM's "external" hits; either kind saves the prefill.
     Some((
-        counter_sum(client, urls, "vllm:prefix_cache_hits_total").await?,
+        counter_sum(client, urls, "vllm:prefix_cache_hits_total").await?
+            + counter_sum(client, urls, "vllm:external_prefix_cache_hits_total").await?,
         counter_sum(client, urls, "vllm:prefix_cache_queries_total").await?,
     ))
 }
@@ -134,6 +136,7 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
             label: w.workload.clone(),
             rate: offered,
             summary: summarize(&outcomes, duration, w.slo()),
+            unlimited_prefix_cache_hit_rate: None,
             prefix_cache_hit_rate,
             outcomes,
         });

@@ -19,6 +19,9 @@ pub struct RunResult {
     /// Share of prompt tokens the engines served from their prefix caches during the run, if
     /// their metrics were given.
     pub prefix_cache_hit_rate: Option<f64>,
+    /// What one prefix cache of unlimited size, shared by every instance, would have hit (known
+    /// to `sim`, which sees every prompt).
+    pub unlimited_prefix_cache_hit_rate: Option<f64>,
     /// Per-request times, for the CDFs (ms TTFT, s end-to-end), not serialized.
     #[serde(skip)]
     pub outcomes: Vec<Outcome>,

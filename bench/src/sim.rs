@@ -38,6 +38,9 @@ pub struct SimArgs {
     /// Share of GPU memory for weights and KV cache.
     #[arg(long, default_value_t = 0.9)]
     pub gpu_memory_utilization: f64,
+    /// Host memory per instance for the prefix cache's host tier, in GiB (0: none).
+    #[arg(long, default_value_t = 0.0)]
+    pub kv_offloading_size: f64,
     /// What to replay.
     #[command(flatten)]
     pub workload: WorkloadArgs,
@@ -51,6 +54,9 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
     let (gpu, shape) = switchyard_engine::backend::sim::resolve(&args.sim_gpu, &args.sim_model)?;
     if args.instances == 0 {
         anyhow::bail!("--instances must be at least 1");
+    }
+    if !(args.kv_offloading_size >= 0.0 && args.kv_offloading_size.is_finite()) {
+        anyhow::bail!("--kv-offloading-size must be a number of GiB, 0 or more");
     }
     let policies: Vec<(String, Policy)> = args
         .policy
@@ -74,6 +80,7 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
                 max_num_batched_tokens: args.max_num_batched_tokens,
                 max_num_seqs: args.max_num_seqs,
                 gpu_memory_utilization: args.gpu_memory_utilization,
+                kv_offloading_size: args.kv_offloading_size,
             };
             let progress = progress_bar(requests.len(), format!("{name} at {offered:.2} req/s"));
             let started = Instant::now();
@@ -90,11 +97,18 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
                 started.elapsed().as_secs_f64(),
                 run.steps
             );
+            eprintln!(
+                "prefix cache hits: {:.1}% of prompt tokens; one unlimited cache: {:.1}% ({:.0}% of it)",
+                100.0 * run.prefix_cache_hit_rate,
+                100.0 * run.unlimited_prefix_cache_hit_rate,
+                100.0 * run.prefix_cache_hit_rate / run.unlimited_prefix_cache_hit_rate.max(1e-9)
+            );
             results.push(RunResult {
                 label: name.clone(),
                 rate: offered,
                 summary: summarize(&run.outcomes, run.duration, w.slo()),
                 prefix_cache_hit_rate: Some(run.prefix_cache_hit_rate),
+                unlimited_prefix_cache_hit_rate: Some(run.unlimited_prefix_cache_hit_rate),
                 outcomes: run.outcomes,
             });
             eprint!("{}", markdown("policy", &results[results.len() - 1..]));

@@ -93,7 +93,13 @@ fn bench(name: &str, config: ModelConfig, weights: ModelWeights, bandwidth: f64)
     let prompt = 512;
     let decode_steps = 16;
     let blocks = (prompt + decode_steps + BLOCK_SIZE) / BLOCK_SIZE + 1;
-    let mut backend = CpuBackend::new(config.clone(), Arc::new(weights), 16 * blocks, BLOCK_SIZE);
+    let mut backend = CpuBackend::new(
+        config.clone(),
+        Arc::new(weights),
+        16 * blocks,
+        BLOCK_SIZE,
+        0,
+    );
     let tokens: Vec<u32> = (0..prompt as u32)
         .map(|t| t % config.vocab_size as u32)
         .collect();
@@ -102,11 +108,13 @@ fn bench(name: &str, config: ModelConfig, weights: ModelWeights, bandwidth: f64)
     let start = Instant::now();
     backend.forward(&ModelBatch {
         seqs: vec![seq(0, tokens.clone(), 0, blocks)],
+        ..Default::default()
     });
     let prefill = prompt as f64 / start.elapsed().as_secs_f64();
     for id in 1..16 {
         backend.forward(&ModelBatch {
             seqs: vec![seq(id, tokens.clone(), 0, blocks)],
+            ..Default::default()
         });
     }
 
@@ -116,7 +124,10 @@ fn bench(name: &str, config: ModelConfig, weights: ModelWeights, bandwidth: f64)
             let seqs = (0..batch)
                 .map(|id| seq(id, vec![7], prompt + step, blocks))
                 .collect();
-            backend.forward(&ModelBatch { seqs });
+            backend.forward(&ModelBatch {
+                seqs,
+                ..Default::default()
+            });
         }
         (batch as usize * decode_steps) as f64 / start.elapsed().as_secs_f64()
     };

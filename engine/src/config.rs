@@ -80,6 +80,11 @@ pub struct EngineArgs {
     /// Turn the prefix cache off.
     #[arg(long, env = "SWITCHYARD_NO_PREFIX_CACHING")]
     pub no_prefix_caching: bool,
+    /// Host memory per instance for the prefix cache's host tier, in GiB (0: none). Computed
+    /// blocks are copied there and loaded back when a later prompt shares them (vLLM's flag of
+    /// the same name). The cpu and sim backends have it.
+    #[arg(long, env = "SWITCHYARD_KV_OFFLOADING_SIZE", default_value_t = 0.0)]
+    pub kv_offloading_size: f64,
     /// Token budget of one step.
     #[arg(
         long,
@@ -130,6 +135,12 @@ impl EngineArgs {
         if !(self.gpu_memory_utilization > 0.0 && self.gpu_memory_utilization <= 1.0) {
             bail!("--gpu-memory-utilization must be in (0, 1]");
         }
+        if !(self.kv_offloading_size >= 0.0 && self.kv_offloading_size.is_finite()) {
+            bail!("--kv-offloading-size must be a number of GiB, 0 or more");
+        }
+        if self.kv_offloading_size > 0.0 && self.no_prefix_caching {
+            bail!("--kv-offloading-size extends the prefix cache, which --no-prefix-caching turns off");
+        }
         let model_dir = match self.model.as_str() {
             "builtin" => write_builtin_model(&builtin_model_dir())
                 .context("cannot write the built-in model to its cache directory")?,
@@ -169,6 +180,15 @@ impl EngineArgs {
             bail!("--max-model-len must be at least 2");
         }
         let num_blocks = model.num_blocks;
+        let host_blocks =
+            (self.kv_offloading_size * (1u64 << 30) as f64 / model.bytes_per_block as f64) as usize;
+        if self.kv_offloading_size > 0.0 && host_blocks == 0 {
+            bail!(
+                "--kv-offloading-size {} GiB holds no KV block of {} bytes",
+                self.kv_offloading_size,
+                model.bytes_per_block
+            );
+        }
         let model_name = self.served_model_name.clone().unwrap_or_else(|| {
             if self.model == "builtin" && kind != BackendKind::Sim {
                 BUILTIN_MODEL_NAME.to_string()
@@ -188,6 +208,7 @@ impl EngineArgs {
                 let core = CoreConfig {
                     block_size: self.block_size,
                     num_blocks,
+                    host_blocks,
                     prefix_caching: !self.no_prefix_caching,
                     max_num_batched_tokens: self.max_num_batched_tokens,
                     max_num_seqs: self.max_num_seqs,
@@ -217,7 +238,7 @@ impl EngineArgs {
                         max_body_bytes: self.max_body_bytes,
                     },
                     core,
-                    backend: (model.make_backend)()?,
+                    backend: (model.make_backend)(host_blocks)?,
                     tokenizer: tokenizer.clone(),
                     chat_template: chat_template.clone(),
                     generation_defaults: dir.generation.clone(),
@@ -244,14 +265,17 @@ impl EngineArgs {
             );
         }
         let vocabulary = SimVocabulary::from_tokenizer(tokenizer, BUILTIN_CORPUS);
+        let block_size = self.block_size;
         Ok(BuiltModel {
             name: shape.name.clone(),
             max_positions: shape.max_position_embeddings as usize,
             num_blocks,
-            make_backend: Box::new(move || {
+            bytes_per_block: shape.kv_bytes_per_token() as usize * block_size,
+            make_backend: Box::new(move |_host_blocks| {
                 Ok(Box::new(SimBackend::new(
                     step_time.clone(),
                     vocabulary.clone(),
+                    block_size,
                 )))
             }),
         })
@@ -279,12 +303,14 @@ impl EngineArgs {
             name: dir.name.clone(),
             max_positions: config.max_position_embeddings,
             num_blocks,
-            make_backend: Box::new(move || {
+            bytes_per_block: CpuBackend::kv_bytes_per_token(&config) * block_size,
+            make_backend: Box::new(move |host_blocks| {
                 Ok(Box::new(CpuBackend::new(
                     config.clone(),
                     weights.clone(),
                     num_blocks,
                     block_size,
+                    host_blocks,
                 )))
             }),
         })
@@ -295,6 +321,9 @@ impl EngineArgs {
     fn cuda_model(&self, dir: &ModelDir, instances: usize) -> anyhow::Result<BuiltModel> {
         /// Room kept per instance for cuBLAS's workspace and the kernels' modules.
         const RESERVE_PER_INSTANCE: usize = 256 << 20;
+        if self.kv_offloading_size > 0.0 {
+            bail!("--kv-offloading-size is not available with --backend cuda yet (cpu and sim have it)");
+        }
         let config = dir.config.clone();
         let model = CudaModel::load(&dir.path, &config)
             .map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
@@ -338,7 +367,8 @@ impl EngineArgs {
             name: dir.name.clone(),
             max_positions: config.max_position_embeddings,
             num_blocks,
-            make_backend: Box::new(move || {
+            bytes_per_block: per_block,
+            make_backend: Box::new(move |_host_blocks| {
                 let backend = CudaBackend::new(model.clone(), num_blocks, block_size, limits)
                     .map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
                 Ok(Box::new(backend))
@@ -347,10 +377,12 @@ impl EngineArgs {
     }
 }
 
-/// A chosen backend's sizes and a maker of one backend per instance.
+/// A chosen backend's sizes and a maker of one backend per instance (given its host tier's
+/// slots).
 struct BuiltModel {
     name: String,
     max_positions: usize,
     num_blocks: usize,
-    make_backend: Box<dyn Fn() -> anyhow::Result<Box<dyn Backend>>>,
+    bytes_per_block: usize,
+    make_backend: Box<dyn Fn(usize) -> anyhow::Result<Box<dyn Backend>>>,
 }

@@ -20,6 +20,8 @@ pub struct CoreConfig {
     pub block_size: usize,
     /// KV blocks.
     pub num_blocks: usize,
+    /// Block-sized slots of the host tier behind the prefix cache (0: none).
+    pub host_blocks: usize,
     /// Reuse cached prefix blocks.
     pub prefix_caching: bool,
     /// Token budget of one step.
@@ -106,8 +108,12 @@ pub struct StepStats {
     pub preemptions: usize,
     /// Prompt tokens looked up in the prefix cache at first admissions.
     pub prefix_queries: usize,
-    /// Of those, tokens found.
+    /// Of those, tokens found (in either tier).
     pub prefix_hits: usize,
+    /// Prompt tokens looked up in the host tier (all of `prefix_queries` when there is one).
+    pub host_prefix_queries: usize,
+    /// Of those, tokens loaded from the host tier.
+    pub host_prefix_hits: usize,
     /// Time to first token of each sequence that got its first token, in seconds.
     pub ttfts: Vec<f64>,
     /// Gap before each later token, in seconds.
@@ -154,7 +160,8 @@ impl EngineCore {
     /// An idle engine.
     pub fn new(config: CoreConfig) -> Self {
         EngineCore {
-            pool: BlockPool::new(config.num_blocks, config.block_size, config.prefix_caching),
+            pool: BlockPool::new(config.num_blocks, config.block_size, config.prefix_caching)
+                .with_host_tier(config.host_blocks),
             sched: BatchScheduler::new(SchedulerLimits {
                 max_num_batched_tokens: config.max_num_batched_tokens,
                 max_num_seqs: config.max_num_seqs,
@@ -236,13 +243,18 @@ impl EngineCore {
         for &id in &schedule.admitted {
             let seq = self.sched.get_mut(id).expect("admitted is live");
             seq.times.first_scheduled = Some(now);
-            let (rid, prompt_len, cached) = (
+            let (rid, prompt_len, cached, from_host) = (
                 seq.request_id.clone(),
                 seq.prompt_len,
                 seq.cached_prompt_tokens,
+                seq.host_prompt_tokens,
             );
             self.pending_stats.prefix_queries += prompt_len;
             self.pending_stats.prefix_hits += cached;
+            if self.pool.has_host_tier() {
+                self.pending_stats.host_prefix_queries += prompt_len;
+            }
+            self.pending_stats.host_prefix_hits += from_host;
             for kind in TraceKind::ADMISSION {
                 self.record(now, &rid, kind);
             }
@@ -286,7 +298,10 @@ impl EngineCore {
             })
             .collect();
         Some(StepPlan {
-            batch: ModelBatch { seqs },
+            batch: ModelBatch {
+                seqs,
+                transfers: self.pool.take_transfers(),
+            },
             start: now,
             schedule,
         })

@@ -15,6 +15,7 @@ fn config(num_blocks: usize, budget: usize) -> CoreConfig {
     CoreConfig {
         block_size: 4,
         num_blocks,
+        host_blocks: 0,
         prefix_caching: true,
         max_num_batched_tokens: budget,
         max_num_seqs: 64,
@@ -32,6 +33,7 @@ fn backend() -> SimBackend {
             ModelShape::preset("qwen3-0.6b").unwrap(),
         ),
         SimVocabulary::from_tokenizer(&tok, switchyard_engine::tokenizer::BUILTIN_CORPUS),
+        4,
     )
 }
 

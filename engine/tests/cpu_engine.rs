@@ -20,10 +20,15 @@ fn model() -> (ModelConfig, Arc<ModelWeights>) {
 }
 
 fn engine(num_blocks: usize) -> (EngineCore, CpuBackend) {
+    engine_with_host_tier(num_blocks, 0)
+}
+
+fn engine_with_host_tier(num_blocks: usize, host_blocks: usize) -> (EngineCore, CpuBackend) {
     let (config, weights) = model();
     let core = EngineCore::new(CoreConfig {
         block_size: BLOCK_SIZE,
         num_blocks,
+        host_blocks,
         prefix_caching: true,
         max_num_batched_tokens: 64,
         max_num_seqs: 16,
@@ -33,7 +38,7 @@ fn engine(num_blocks: usize) -> (EngineCore, CpuBackend) {
     });
     (
         core,
-        CpuBackend::new(config, weights, num_blocks, BLOCK_SIZE),
+        CpuBackend::new(config, weights, num_blocks, BLOCK_SIZE, host_blocks),
     )
 }
 
@@ -59,14 +64,24 @@ fn run(
     core: &mut EngineCore,
     backend: &mut CpuBackend,
 ) -> (HashMap<u64, Vec<Sampled>>, usize, usize) {
-    let (mut out, mut hits, mut preemptions): (HashMap<u64, Vec<Sampled>>, usize, usize) =
-        Default::default();
+    let (out, hits, _, preemptions) = run_counting_host_hits(core, backend);
+    (out, hits, preemptions)
+}
+
+/// As [`run`], with the hits loaded from the host tier as the third figure.
+fn run_counting_host_hits(
+    core: &mut EngineCore,
+    backend: &mut CpuBackend,
+) -> (HashMap<u64, Vec<Sampled>>, usize, usize, usize) {
+    let mut out: HashMap<u64, Vec<Sampled>> = HashMap::new();
+    let (mut hits, mut host_hits, mut preemptions) = (0, 0, 0);
     let mut now = 0.0;
     while let Some(plan) = core.plan(now) {
         let output = backend.execute(&plan.batch);
         now += 0.01;
         let report = core.complete(plan, output, now);
         hits += report.stats.prefix_hits;
+        host_hits += report.stats.host_prefix_hits;
         preemptions += report.stats.preemptions;
         for event in report.events {
             if let SeqEvent::Token(id, sampled) = event {
@@ -74,7 +89,18 @@ fn run(
             }
         }
     }
-    (out, hits, preemptions)
+    (out, hits, host_hits, preemptions)
+}
+
+fn assert_same_outputs(a: &[Sampled], b: &[Sampled]) {
+    assert_eq!(a.len(), b.len());
+    for (a, b) in a.iter().zip(b) {
+        assert_eq!(a.token, b.token);
+        for (x, y) in a.top.iter().zip(&b.top) {
+            assert_eq!(x.0, y.0);
+            assert!((x.1 - y.1).abs() < 1e-5, "logprob {} vs {}", x.1, y.1);
+        }
+    }
 }
 
 #[test]
@@ -90,13 +116,30 @@ fn a_prefix_cache_hit_gives_the_same_logits_as_recomputing() {
         hits, 36,
         "every full block but the one holding the last prompt token"
     );
-    for (a, b) in cold[&first].iter().zip(&warm[&second]) {
-        assert_eq!(a.token, b.token);
-        for (x, y) in a.top.iter().zip(&b.top) {
-            assert_eq!(x.0, y.0);
-            assert!((x.1 - y.1).abs() < 1e-5, "logprob {} vs {}", x.1, y.1);
-        }
-    }
+    assert_same_outputs(&cold[&first], &warm[&second]);
+}
+
+#[test]
+fn a_prefix_loaded_back_from_the_host_tier_gives_the_same_logits_as_recomputing() {
+    let prompt: Vec<u32> = (0..37).map(|t| (t * 7 % 64) as u32).collect();
+    let other: Vec<u32> = (0..37).map(|t| (t * 5 % 61 + 1) as u32).collect();
+    // 12 accelerator blocks hold one 40-token sequence; the host tier holds both.
+    let (mut core, mut backend) = engine_with_host_tier(12, 40);
+    let first = core.add(greedy("a", prompt.clone(), 3), 0.0).unwrap();
+    let (cold, _, _, _) = run_counting_host_hits(&mut core, &mut backend);
+    core.add(greedy("evicts a", other, 3), 1.0).unwrap();
+    run(&mut core, &mut backend);
+    let again = core.add(greedy("a again", prompt, 3), 2.0).unwrap();
+    let (warm, hits, host_hits, _) = run_counting_host_hits(&mut core, &mut backend);
+    assert_eq!(
+        hits, 36,
+        "every full prompt block is found in one tier or the other"
+    );
+    assert!(
+        host_hits >= 24,
+        "most came back from the host tier: {host_hits}"
+    );
+    assert_same_outputs(&cold[&first], &warm[&again]);
 }
 
 #[test]

@@ -44,6 +44,7 @@ fn run(backend: &mut CpuBackend, tokens: &[u32], chunk: usize) -> Vec<(usize, Ve
                 fingerprint: 0,
                 next: NextToken::Scores,
             }],
+            ..Default::default()
         };
         let logits = backend.forward(&batch).remove(0).expect("sampled");
         out.push((end - 1, logits));
@@ -79,7 +80,8 @@ fn cpu_logits_match_the_numpy_reference() {
                 })
                 .collect();
             for chunk in [tokens.len(), 5, 1] {
-                let mut backend = CpuBackend::new(config.clone(), weights.clone(), 8, BLOCK_SIZE);
+                let mut backend =
+                    CpuBackend::new(config.clone(), weights.clone(), 8, BLOCK_SIZE, 0);
                 for (position, logits) in run(&mut backend, &tokens, chunk) {
                     let err = relative_error(&logits, &want[position]);
                     assert!(
@@ -100,10 +102,10 @@ fn batched_equals_unbatched() {
     let a: Vec<u32> = vec![1, 2, 3, 4, 5, 6, 7];
     let b: Vec<u32> = vec![9, 8, 7];
     let alone = |tokens: &[u32]| {
-        let mut backend = CpuBackend::new(config.clone(), weights.clone(), 8, BLOCK_SIZE);
+        let mut backend = CpuBackend::new(config.clone(), weights.clone(), 8, BLOCK_SIZE, 0);
         run(&mut backend, tokens, tokens.len()).pop().unwrap().1
     };
-    let mut backend = CpuBackend::new(config.clone(), weights.clone(), 8, BLOCK_SIZE);
+    let mut backend = CpuBackend::new(config.clone(), weights.clone(), 8, BLOCK_SIZE, 0);
     let batch = ModelBatch {
         seqs: vec![
             BatchSeq {
@@ -125,6 +127,7 @@ fn batched_equals_unbatched() {
                 next: NextToken::Scores,
             },
         ],
+        ..Default::default()
     };
     let together = backend.forward(&batch);
     for (got, want) in together.iter().zip([alone(&a), alone(&b)]) {

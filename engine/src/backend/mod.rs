@@ -10,7 +10,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod sim;
 
-use crate::kv::BlockId;
+use crate::kv::{BlockId, KvTransfers};
 use crate::sampling::{Logits, NextToken};
 use crate::sched::SeqId;
 use switchyard_protocol::engine_state::StepSample;
@@ -40,6 +40,8 @@ pub struct BatchSeq {
 pub struct ModelBatch {
     /// Sequences in the step, running ones first.
     pub seqs: Vec<BatchSeq>,
+    /// Copies between the KV cache and its host tier, made before the step's compute.
+    pub transfers: KvTransfers,
 }
 
 impl ModelBatch {

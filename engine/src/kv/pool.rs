@@ -1,14 +1,16 @@
 //! Block allocation with reference counts, and the prefix cache keyed by chained block hash.
 
 use super::free_queue::FreeQueue;
+use super::host_tier::{HostSlot, HostTier, KvTransfers};
 use rustc_hash::FxHashMap;
 use switchyard_protocol::kv_events::{KvEvent, KvEventKind, StoredBlock};
 
 /// Index of a KV block.
 pub type BlockId = u32;
 
-/// Every KV block of one engine: owners' reference counts, the free queue in LRU order, and the
-/// prefix cache. Records a [`KvEvent`] for every change to the prefix cache.
+/// Every KV block of one engine: owners' reference counts, the free queue in LRU order, the
+/// prefix cache and its optional host tier. Records a [`KvEvent`] for every change to the union
+/// of both tiers, and the [`KvTransfers`] between them.
 #[derive(Debug)]
 pub struct BlockPool {
     block_size: usize,
@@ -19,6 +21,8 @@ pub struct BlockPool {
     caching: bool,
     last_seq: u64,
     events: Vec<KvEvent>,
+    host: Option<HostTier>,
+    transfers: KvTransfers,
 }
 
 impl BlockPool {
@@ -33,7 +37,18 @@ impl BlockPool {
             caching,
             last_seq: 0,
             events: Vec::new(),
+            host: None,
+            transfers: KvTransfers::default(),
         }
+    }
+
+    /// Adds a host tier of `slots` blocks behind the prefix cache (none when `slots` is 0 or
+    /// caching is off).
+    pub fn with_host_tier(mut self, slots: usize) -> Self {
+        if self.caching && slots > 0 {
+            self.host = Some(HostTier::new(slots));
+        }
+        self
     }
 
     /// Tokens per block.
@@ -49,6 +64,11 @@ impl BlockPool {
     /// Blocks no request holds (some may still hold cached prefixes).
     pub fn num_free(&self) -> usize {
         self.free.len()
+    }
+
+    /// Whether a host tier backs the prefix cache.
+    pub fn has_host_tier(&self) -> bool {
+        self.host.is_some()
     }
 
     /// Whether the prefix cache is on.
@@ -75,18 +95,54 @@ impl BlockPool {
             .collect()
     }
 
+    /// Host slots holding the longest run of `hashes` from its start (the blocks that follow
+    /// what [`Self::lookup`] found).
+    pub fn lookup_host(&self, hashes: &[u64]) -> Vec<HostSlot> {
+        match &self.host {
+            Some(host) => host.lookup(hashes),
+            None => Vec::new(),
+        }
+    }
+
+    /// Loads host `slots` into the fresh `blocks` before the next step and caches them as the
+    /// blocks with chained hashes `hashes`, whose first block's parent is `parent`.
+    pub fn onload(
+        &mut self,
+        slots: &[HostSlot],
+        blocks: &[BlockId],
+        hashes: &[u64],
+        mut parent: Option<u64>,
+    ) {
+        for ((&slot, &block), &hash) in slots.iter().zip(blocks).zip(hashes) {
+            self.transfers.onload.push((slot, block));
+            self.register(block, hash, parent);
+            parent = Some(hash);
+        }
+    }
+
+    /// Takes the copies to make before the next step.
+    pub fn take_transfers(&mut self) -> KvTransfers {
+        std::mem::take(&mut self.transfers)
+    }
+
     /// How many of `blocks` sit in the free queue (and so would leave it when acquired).
     pub fn count_free(&self, blocks: &[BlockId]) -> usize {
         blocks.iter().filter(|&&b| self.free.contains(b)).count()
     }
 
-    /// Takes a reference on each of `blocks` (cache hits), taking them out of the free queue.
+    /// Takes a reference on each of `blocks` (cache hits), taking them out of the free queue;
+    /// their copies in the host tier count as used too.
     pub fn acquire(&mut self, blocks: &[BlockId]) {
         for &b in blocks {
             if self.ref_counts[b as usize] == 0 {
                 self.free.remove(b);
             }
             self.ref_counts[b as usize] += 1;
+            if let (Some(host), Some(stored)) = (&mut self.host, self.cached_as[b as usize]) {
+                if let Some(slot) = host.slot_of(stored.hash) {
+                    host.touch(slot);
+                }
+            }
         }
     }
 
@@ -119,8 +175,9 @@ impl BlockPool {
         }
     }
 
-    /// Records that `block` holds the full block with chained hash `hash`. A hash already cached
-    /// in another block keeps that block; this one stays uncached.
+    /// Records that `block` holds the full block with chained hash `hash`, and copies it to the
+    /// host tier unless that holds it already. A hash already cached in another block keeps that
+    /// block; this one stays uncached.
     pub fn register(&mut self, block: BlockId, hash: u64, parent: Option<u64>) {
         if !self.caching || self.by_hash.contains_key(&hash) {
             return;
@@ -132,23 +189,50 @@ impl BlockPool {
         };
         self.by_hash.insert(hash, block);
         self.cached_as[block as usize] = Some(stored);
+        let Some(host) = &mut self.host else {
+            self.record(KvEventKind::Stored(stored));
+            return;
+        };
+        if let Some(slot) = host.slot_of(hash) {
+            host.touch(slot);
+            return;
+        }
+        let Some((slot, evicted)) = host.store(stored) else {
+            return;
+        };
+        self.transfers.offload.push((block, slot));
         self.record(KvEventKind::Stored(stored));
+        if let Some(old) = evicted.filter(|old| !self.by_hash.contains_key(&old.hash)) {
+            self.record(KvEventKind::Removed { hash: old.hash });
+        }
     }
 
-    /// Forgets every cached prefix (blocks in use keep their contents for their owners).
+    /// Forgets every cached prefix in both tiers (blocks in use keep their contents for their
+    /// owners).
     pub fn clear_cache(&mut self) {
         self.by_hash.clear();
         self.cached_as.iter_mut().for_each(|c| *c = None);
+        if let Some(host) = &mut self.host {
+            host.clear();
+        }
         self.record(KvEventKind::AllCleared);
     }
 
-    /// Every cached block and the sequence number of the last event, for a new subscriber.
+    /// Every cached block of either tier and the sequence number of the last event, for a new
+    /// subscriber.
     pub fn snapshot(&self) -> (u64, Vec<StoredBlock>) {
-        let blocks = self
+        let mut blocks: Vec<StoredBlock> = self
             .by_hash
             .values()
             .filter_map(|&b| self.cached_as[b as usize])
             .collect();
+        if let Some(host) = &self.host {
+            blocks.extend(
+                host.blocks()
+                    .filter(|b| !self.by_hash.contains_key(&b.hash))
+                    .copied(),
+            );
+        }
         (self.last_seq, blocks)
     }
 
@@ -165,7 +249,13 @@ impl BlockPool {
     fn evict(&mut self, block: BlockId) {
         if let Some(stored) = self.cached_as[block as usize].take() {
             self.by_hash.remove(&stored.hash);
-            self.record(KvEventKind::Removed { hash: stored.hash });
+            let in_host = self
+                .host
+                .as_ref()
+                .is_some_and(|h| h.slot_of(stored.hash).is_some());
+            if !in_host {
+                self.record(KvEventKind::Removed { hash: stored.hash });
+            }
         }
     }
 
@@ -245,6 +335,71 @@ mod tests {
         off.register(b[0], 7, None);
         assert!(off.lookup(&[7]).is_empty());
         assert!(off.take_events().is_empty());
+    }
+
+    #[test]
+    fn host_tier_keeps_evicted_blocks_and_events_follow_the_union() {
+        let mut pool = BlockPool::new(2, 4, true).with_host_tier(3);
+        let a = pool.allocate(2).unwrap();
+        pool.register(a[0], 10, None);
+        pool.register(a[1], 11, Some(10));
+        let t = pool.take_transfers();
+        assert_eq!(
+            t.offload,
+            vec![(a[0], 0), (a[1], 1)],
+            "written through at once"
+        );
+        assert!(t.onload.is_empty());
+        pool.release(&a);
+
+        // Two new blocks evict both from the accelerator; the host still has them.
+        let b = pool.allocate(2).unwrap();
+        assert!(pool.lookup(&[10, 11]).is_empty());
+        assert_eq!(pool.lookup_host(&[10, 11, 12]), vec![0, 1]);
+        let kinds: Vec<_> = pool.take_events().into_iter().map(|e| e.kind).collect();
+        assert_eq!(kinds.len(), 2, "stored twice, never removed: {kinds:?}");
+        assert_eq!(pool.snapshot().1.len(), 2);
+
+        // Loading them back caches them on the accelerator again, with no new event.
+        pool.release(&b);
+        let fresh = pool.allocate(2).unwrap();
+        pool.onload(&[0, 1], &fresh, &[10, 11], None);
+        assert_eq!(
+            pool.take_transfers().onload,
+            vec![(0, fresh[0]), (1, fresh[1])]
+        );
+        assert_eq!(pool.lookup(&[10, 11]), fresh);
+        assert!(pool.take_events().is_empty());
+
+        pool.clear_cache();
+        assert!(pool.lookup_host(&[10]).is_empty());
+        assert!(pool.snapshot().1.is_empty());
+        assert!(BlockPool::new(2, 4, false)
+            .with_host_tier(4)
+            .lookup_host(&[1])
+            .is_empty());
+    }
+
+    #[test]
+    fn a_block_leaves_the_union_only_when_both_tiers_dropped_it() {
+        let mut pool = BlockPool::new(2, 4, true).with_host_tier(1);
+        let a = pool.allocate(2).unwrap();
+        pool.register(a[0], 1, None);
+        pool.register(a[1], 2, Some(1));
+        assert_eq!(
+            pool.lookup_host(&[1]),
+            Vec::<HostSlot>::new(),
+            "1 left the host"
+        );
+        pool.release(&a);
+        pool.allocate(2).unwrap();
+        let kinds: Vec<_> = pool.take_events().into_iter().map(|e| e.kind).collect();
+        assert_eq!(kinds.len(), 3, "{kinds:?}");
+        assert_eq!(
+            kinds[2],
+            KvEventKind::Removed { hash: 1 },
+            "2 is still on the host"
+        );
     }
 
     #[test]

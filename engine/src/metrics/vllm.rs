@@ -18,6 +18,8 @@ pub(super) struct Vllm {
     success: CounterVec,
     prefix_queries: Counter,
     prefix_hits: Counter,
+    external_prefix_queries: Counter,
+    external_prefix_hits: Counter,
     ttft: Histogram,
     itl: Histogram,
     phases: PhaseHistograms,
@@ -118,6 +120,18 @@ impl Vllm {
                 "Prefix cache hits, in terms of number of cached tokens.",
                 l,
             )?,
+            external_prefix_queries: counter(
+                reg,
+                "vllm:external_prefix_cache_queries_total",
+                "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.",
+                l,
+            )?,
+            external_prefix_hits: counter(
+                reg,
+                "vllm:external_prefix_cache_hits_total",
+                "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.",
+                l,
+            )?,
             ttft: histogram(
                 reg,
                 "vllm:time_to_first_token_seconds",
@@ -186,8 +200,13 @@ impl Dialect for Vllm {
         self.prompt_tokens.inc_by(s.prompt_tokens as f64);
         self.generation_tokens.inc_by(s.generation_tokens as f64);
         self.preemptions.inc_by(s.preemptions as f64);
+        // As in vLLM, hits in the host tier (its offloading connector) are external hits.
         self.prefix_queries.inc_by(s.prefix_queries as f64);
-        self.prefix_hits.inc_by(s.prefix_hits as f64);
+        self.prefix_hits
+            .inc_by((s.prefix_hits - s.host_prefix_hits) as f64);
+        self.external_prefix_queries
+            .inc_by(s.host_prefix_queries as f64);
+        self.external_prefix_hits.inc_by(s.host_prefix_hits as f64);
         let tokens = s.computed_prompt_tokens + s.generation_tokens;
         if tokens > 0 {
             self.iteration_tokens.observe(tokens as f64);

@@ -204,8 +204,10 @@ impl BatchScheduler {
             let seq = &self.seqs[&id];
             // At least the last token is computed, so that the step yields logits.
             let cacheable = (seq.tokens.len() - 1) / block_size;
-            let hits = pool.lookup(&seq.block_hashes[..cacheable.min(seq.block_hashes.len())]);
-            let cached = hits.len() * block_size;
+            let hashes = &seq.block_hashes[..cacheable.min(seq.block_hashes.len())];
+            let hits = pool.lookup(hashes);
+            let host = pool.lookup_host(&hashes[hits.len()..]);
+            let cached = (hits.len() + host.len()) * block_size;
             let n = (seq.tokens.len() - cached).min(*budget);
             let needed = blocks_for(cached + n, block_size) - hits.len();
             if pool.num_free() < needed + pool.count_free(&hits) {
@@ -213,14 +215,18 @@ impl BatchScheduler {
             }
             pool.acquire(&hits);
             let blocks = pool.allocate(needed).expect("free blocks checked");
+            let loaded = &hashes[hits.len()..hits.len() + host.len()];
+            let parent = hits.len().checked_sub(1).map(|i| hashes[i]);
+            pool.onload(&host, &blocks, loaded, parent);
             self.waiting.remove(&key);
             let seq = self.seqs.get_mut(&id).expect("waiting");
+            seq.num_registered = hits.len() + host.len();
             seq.blocks = hits;
-            seq.num_registered = seq.blocks.len();
             seq.blocks.extend(blocks);
             seq.num_computed = cached;
             if seq.status == SeqStatus::Waiting {
                 seq.cached_prompt_tokens = cached.min(seq.prompt_len);
+                seq.host_prompt_tokens = (host.len() * block_size).min(seq.prompt_len);
                 plan.admitted.push(id);
             } else {
                 plan.resumed.push(id);

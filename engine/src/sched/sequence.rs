@@ -51,6 +51,8 @@ pub struct Sequence {
     pub status: SeqStatus,
     /// Prompt tokens found in the prefix cache at first admission.
     pub cached_prompt_tokens: usize,
+    /// Of those, tokens loaded from the host tier.
+    pub host_prompt_tokens: usize,
     /// Times preempted.
     pub num_preemptions: u32,
     /// When it arrived, was first scheduled, produced its first and latest token.
@@ -112,6 +114,7 @@ impl Sequence {
             fingerprint,
             status: SeqStatus::Waiting,
             cached_prompt_tokens: 0,
+            host_prompt_tokens: 0,
             num_preemptions: 0,
             times: SeqTimes {
                 arrival,

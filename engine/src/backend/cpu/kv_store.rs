@@ -19,6 +19,23 @@ impl KvStore {
         }
     }
 
+    /// Floats of one block (every layer's keys and values, contiguous).
+    pub fn block_len(&self) -> usize {
+        self.layers * 2 * self.block_size * self.kv_dim
+    }
+
+    /// The contents of `block`.
+    pub fn block(&self, block: u32) -> &[f32] {
+        let len = self.block_len();
+        &self.data[block as usize * len..][..len]
+    }
+
+    /// The contents of `block`, to overwrite.
+    pub fn block_mut(&mut self, block: u32) -> &mut [f32] {
+        let len = self.block_len();
+        &mut self.data[block as usize * len..][..len]
+    }
+
     fn offset(&self, block_table: &[u32], position: usize, layer: usize, which: usize) -> usize {
         let block = block_table[position / self.block_size] as usize;
         let slot = position % self.block_size;

@@ -8,6 +8,7 @@ mod kernels;
 mod kv_store;
 
 use super::{Backend, ModelBatch, ModelOutput};
+use crate::kv::KvTransfers;
 use crate::model::{ModelConfig, ModelWeights};
 use crate::sampling::Logits;
 use kernels::*;
@@ -15,11 +16,12 @@ use kv_store::KvStore;
 use rayon::prelude::*;
 use std::sync::Arc;
 
-/// A model's weights and its KV cache in host memory.
+/// A model's weights, its KV cache and the cache's host tier, all in host memory.
 pub struct CpuBackend {
     config: ModelConfig,
     weights: Arc<ModelWeights>,
     kv: KvStore,
+    host_tier: Vec<f32>,
     frequencies: Vec<f32>,
 }
 
@@ -38,20 +40,37 @@ struct TokenSlot<'a> {
 }
 
 impl CpuBackend {
-    /// A backend for `weights` with `num_blocks` KV blocks of `block_size` tokens.
+    /// A backend for `weights` with `num_blocks` KV blocks of `block_size` tokens and a host
+    /// tier of `host_blocks` more.
     pub fn new(
         config: ModelConfig,
         weights: Arc<ModelWeights>,
         num_blocks: usize,
         block_size: usize,
+        host_blocks: usize,
     ) -> Self {
         let kv = KvStore::new(num_blocks, block_size, config.num_layers, config.kv_dim());
+        let host_tier = vec![0.0; host_blocks * kv.block_len()];
         let frequencies = config.rope_frequencies();
         CpuBackend {
             config,
             weights,
             kv,
+            host_tier,
             frequencies,
+        }
+    }
+
+    /// Makes the batch's copies between the KV cache and the host tier: offloads, then onloads.
+    fn transfer(&mut self, transfers: &KvTransfers) {
+        let len = self.kv.block_len();
+        for &(block, slot) in &transfers.offload {
+            self.host_tier[slot as usize * len..][..len].copy_from_slice(self.kv.block(block));
+        }
+        for &(slot, block) in &transfers.onload {
+            self.kv
+                .block_mut(block)
+                .copy_from_slice(&self.host_tier[slot as usize * len..][..len]);
         }
     }
 
@@ -225,6 +244,7 @@ fn attend(
 
 impl Backend for CpuBackend {
     fn execute(&mut self, batch: &ModelBatch) -> ModelOutput {
+        self.transfer(&batch.transfers);
         ModelOutput {
             logits: self
                 .forward(batch)

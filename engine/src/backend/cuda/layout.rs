@@ -219,6 +219,7 @@ mod tests {
                 seq(1, (0..20).collect(), 0, vec![4, 1, 5, 7, 8], false),
                 seq(2, vec![8, 9, 10], 4, vec![2, 6], true),
             ],
+            ..Default::default()
         };
         let layout = StepLayout::new(&batch, 4, 5);
         assert_eq!(layout.tokens.len(), 24);
@@ -249,6 +250,7 @@ mod tests {
         let blocks: Vec<u32> = (0..100).collect();
         let batch = ModelBatch {
             seqs: vec![seq(1, vec![1], 1500, blocks, true)],
+            ..Default::default()
         };
         let layout = StepLayout::new(&batch, 16, 100);
         assert_eq!(layout.decode_max_context, 1501);
@@ -270,6 +272,7 @@ mod tests {
         drawing.next = NextToken::for_draw(&params, &[1, 2], &[4], 1);
         let batch = ModelBatch {
             seqs: vec![seq(0, vec![9], 0, vec![1], true), drawing],
+            ..Default::default()
         };
         let layout = StepLayout::new(&batch, 16, 1);
         assert_eq!(layout.draws.temperature, vec![0.0, 0.7]);
@@ -287,6 +290,7 @@ mod tests {
         let blocks: Vec<u32> = (0..2000).collect();
         let batch = ModelBatch {
             seqs: vec![seq(1, vec![1], 31_999, blocks, true)],
+            ..Default::default()
         };
         let (partitions, size) = StepLayout::new(&batch, 16, 2000).decode_split();
         assert_eq!(partitions, MAX_DECODE_PARTITIONS);

@@ -519,6 +519,10 @@ unsafe impl Send for SentGraph {}
 
 impl Backend for CudaBackend {
     fn execute(&mut self, batch: &ModelBatch) -> ModelOutput {
+        debug_assert!(
+            batch.transfers.is_empty(),
+            "the engine refuses --kv-offloading-size with this backend"
+        );
         match self.forward(batch) {
             Ok(logits) => ModelOutput {
                 logits,

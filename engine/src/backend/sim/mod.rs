@@ -51,14 +51,17 @@ use switchyard_protocol::engine_state::StepSample;
 pub struct SimBackend {
     step_time: StepTimeModel,
     vocabulary: SimVocabulary,
+    block_size: usize,
 }
 
 impl SimBackend {
-    /// A backend timed by `step_time` whose tokens come from `vocabulary`.
-    pub fn new(step_time: StepTimeModel, vocabulary: SimVocabulary) -> Self {
+    /// A backend timed by `step_time` for KV blocks of `block_size` tokens, whose tokens come
+    /// from `vocabulary`.
+    pub fn new(step_time: StepTimeModel, vocabulary: SimVocabulary, block_size: usize) -> Self {
         SimBackend {
             step_time,
             vocabulary,
+            block_size,
         }
     }
 }
@@ -71,7 +74,7 @@ impl Backend for SimBackend {
                 .iter()
                 .map(|s| s.sample.then(|| self.vocabulary.logits(s.fingerprint)))
                 .collect(),
-            modeled_seconds: Some(self.step_time.step_seconds(batch)),
+            modeled_seconds: Some(self.step_time.step_seconds(batch, self.block_size)),
         }
     }
 

@@ -3,7 +3,9 @@
 //! A step reads every weight once, reads each sequence's KV context and writes the new tokens'
 //! KV; it does two FLOPs per weight per token (the output projection only for sampled
 //! positions) plus attention. Its time is the larger of bytes / bandwidth and FLOPs / throughput
-//! (each at an achievable fraction of peak), plus a fixed per-step overhead.
+//! (each at an achievable fraction of peak), plus a fixed per-step overhead. Blocks loaded from
+//! the host tier cross the host link before the step computes; blocks copied to the host cross
+//! it the other way while the step computes.
 
 use super::{GpuProfile, ModelShape};
 use crate::backend::ModelBatch;
@@ -31,14 +33,18 @@ impl StepTimeModel {
         StepTimeModel { gpu, shape }
     }
 
-    /// Seconds one step of `batch` takes.
-    pub fn step_seconds(&self, batch: &ModelBatch) -> f64 {
+    /// Seconds one step of `batch` takes, its host-tier copies included.
+    pub fn step_seconds(&self, batch: &ModelBatch, block_size: usize) -> f64 {
         let spans: Vec<(u64, u64, bool)> = batch
             .seqs
             .iter()
             .map(|s| (s.start as u64, s.tokens.len() as u64, s.sample))
             .collect();
-        self.seconds_for(&spans)
+        let block_bytes = (self.shape.kv_bytes_per_token() * block_size as u64) as f64;
+        let link = self.gpu.host_link * BANDWIDTH_EFFICIENCY;
+        let onload = batch.transfers.onload.len() as f64 * block_bytes / link;
+        let offload = batch.transfers.offload.len() as f64 * block_bytes / link;
+        onload + self.seconds_for(&spans).max(offload)
     }
 
     /// Seconds for a step in which each `(start, new_tokens, samples)` sequence computes
