@@ -16,7 +16,8 @@ pub enum Policy {
     PowerOfTwo,
     /// Fewest prompt tokens to compute: this request's uncached tokens plus the prefill queue.
     CacheAware,
-    /// Lowest predicted TTFT among instances whose predicted TPOT stays inside the SLO.
+    /// Lowest predicted TTFT plus backlog cost among instances whose predicted TPOT stays
+    /// inside the SLO.
     Predictive,
 }
 
@@ -63,6 +64,12 @@ pub struct CandidateMetrics {
     pub predicted_ttft: f64,
     /// Predicted time per output token, seconds.
     pub predicted_tpot: f64,
+    /// Predicted seconds of this request's own uncached prefill on an idle instance.
+    pub prefill_seconds: f64,
+    /// What computing that prefill costs the requests that come later, seconds: for the
+    /// predictive policy, `prefill_seconds` times one plus the cluster's mean queue depth, so that
+    /// prompts stay where their prefixes are cached, the more so the more loaded the cluster.
+    pub backlog_cost: f64,
 }
 
 /// Load limits that filter candidates in a first pass (dropped when nothing passes them).
@@ -98,7 +105,11 @@ impl Policy {
             Policy::LeastRequests | Policy::PowerOfTwo => [m.requests, m.kv_usage_projected, 0.0],
             Policy::LeastTokens => [m.kv_usage_projected, m.all_prefill_tokens, m.requests],
             Policy::CacheAware => [m.uncached_tokens + m.all_prefill_tokens, m.requests, 0.0],
-            Policy::Predictive => [m.predicted_ttft, m.predicted_tpot, m.requests],
+            Policy::Predictive => [
+                m.predicted_ttft + m.backlog_cost,
+                m.predicted_tpot,
+                m.requests,
+            ],
         }
     }
 }

@@ -348,6 +348,13 @@ impl Scheduler {
         if !soft.is_empty() {
             candidates = soft;
         }
+        if policy == Policy::Predictive {
+            let depth =
+                candidates.iter().map(|c| c.1.queued).sum::<f64>() / candidates.len() as f64;
+            for c in &mut candidates {
+                c.1.backlog_cost = c.1.prefill_seconds * (1.0 + depth);
+            }
+        }
         candidates.sort_by(|a, b| a.0.meta.id.cmp(&b.0.meta.id));
         let chosen = match policy {
             Policy::RoundRobin => {
@@ -486,6 +493,15 @@ fn candidate_metrics(
         max_batched_tokens: s.max_num_batched_tokens.max(1) as f64,
     };
     m.predicted_ttft = predict_ttft(fit, &shape);
+    m.prefill_seconds = predict_ttft(
+        fit,
+        &QueueShape {
+            prefill_ahead: 0.0,
+            decode_batch: 0.0,
+            decode_context: 0.0,
+            ..shape
+        },
+    );
     m.predicted_tpot = predict_tpot(fit, &shape);
     m
 }

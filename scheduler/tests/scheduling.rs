@@ -150,6 +150,44 @@ fn cache_aware_follows_the_prefix_until_the_queue_outweighs_it() {
 }
 
 #[test]
+fn predictive_keeps_a_prompt_with_its_prefix_the_more_the_cluster_is_loaded() {
+    let mut s = cluster(Policy::Predictive, 3);
+    let prompt: Vec<u32> = (0..4000).collect();
+    let events: Vec<KvEvent> = block_hashes(&prompt, 16)
+        .iter()
+        .enumerate()
+        .map(|(i, &hash)| KvEvent {
+            seq: i as u64 + 1,
+            kind: KvEventKind::Stored(StoredBlock {
+                hash,
+                parent: None,
+                token_count: 16,
+            }),
+        })
+        .collect();
+    s.on_kv_events("i2", &events).unwrap();
+    let queue = |tokens: u64, requests: u32| EngineStatus {
+        waiting_prefill_tokens: tokens,
+        num_waiting: requests,
+        ..idle()
+    };
+    // i2 has 12k tokens of prefill queued, the others nothing: recomputing 4k elsewhere is so
+    // much faster that it outweighs the work it adds.
+    s.on_status("i2", queue(12_000, 1), 1.0);
+    let placed = s.schedule(&request("idle", &prompt), 1.0).unwrap();
+    assert_ne!(placed.decision.instance_id, "i2");
+    s.release("idle");
+    // Every instance has ten requests waiting: i0 and i1 would still be faster for this request,
+    // but computing the prefix again would delay the many requests that follow.
+    s.on_status("i0", queue(4000, 10), 2.0);
+    s.on_status("i1", queue(4000, 10), 2.0);
+    s.on_status("i2", queue(12_000, 10), 2.0);
+    let placed = s.schedule(&request("loaded", &prompt), 2.0).unwrap();
+    assert_eq!(placed.decision.instance_id, "i2");
+    assert!(placed.metrics.predicted_ttft > 0.0 && placed.metrics.backlog_cost >= 0.0);
+}
+
+#[test]
 fn reported_dispatches_stop_counting_and_release_frees_them() {
     let mut s = cluster(Policy::LeastRequests, 2);
     let first = s
