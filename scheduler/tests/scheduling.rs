@@ -52,6 +52,22 @@ fn request(id: &str, prompt: &[u32]) -> ScheduleRequest {
     }
 }
 
+/// KV events storing every full block of `prompt`, numbered from 1.
+fn stored_prompt(prompt: &[u32]) -> Vec<KvEvent> {
+    block_hashes(prompt, 16)
+        .iter()
+        .enumerate()
+        .map(|(i, &hash)| KvEvent {
+            seq: i as u64 + 1,
+            kind: KvEventKind::Stored(StoredBlock {
+                hash,
+                parent: None,
+                token_count: 16,
+            }),
+        })
+        .collect()
+}
+
 #[test]
 fn a_burst_spreads_evenly_over_idle_instances() {
     for policy in [
@@ -114,20 +130,7 @@ fn stale_unreachable_and_excluded_instances_are_skipped() {
 fn cache_aware_follows_the_prefix_until_the_queue_outweighs_it() {
     let mut s = cluster(Policy::CacheAware, 3);
     let prompt: Vec<u32> = (0..4000).collect();
-    let hashes = block_hashes(&prompt, 16);
-    let events: Vec<KvEvent> = hashes
-        .iter()
-        .enumerate()
-        .map(|(i, &hash)| KvEvent {
-            seq: i as u64 + 1,
-            kind: KvEventKind::Stored(StoredBlock {
-                hash,
-                parent: None,
-                token_count: 16,
-            }),
-        })
-        .collect();
-    s.on_kv_events("i2", &events).unwrap();
+    s.on_kv_events("i2", &stored_prompt(&prompt)).unwrap();
     let placed = s.schedule(&request("a", &prompt), 0.5).unwrap();
     assert_eq!(placed.decision.instance_id, "i2");
     assert_eq!(
@@ -153,19 +156,7 @@ fn cache_aware_follows_the_prefix_until_the_queue_outweighs_it() {
 fn predictive_keeps_a_prompt_with_its_prefix_the_more_the_cluster_is_loaded() {
     let mut s = cluster(Policy::Predictive, 3);
     let prompt: Vec<u32> = (0..4000).collect();
-    let events: Vec<KvEvent> = block_hashes(&prompt, 16)
-        .iter()
-        .enumerate()
-        .map(|(i, &hash)| KvEvent {
-            seq: i as u64 + 1,
-            kind: KvEventKind::Stored(StoredBlock {
-                hash,
-                parent: None,
-                token_count: 16,
-            }),
-        })
-        .collect();
-    s.on_kv_events("i2", &events).unwrap();
+    s.on_kv_events("i2", &stored_prompt(&prompt)).unwrap();
     let queue = |tokens: u64, requests: u32| EngineStatus {
         waiting_prefill_tokens: tokens,
         num_waiting: requests,

@@ -197,13 +197,13 @@ impl BlockPool {
             host.touch(slot);
             return;
         }
-        let Some((slot, evicted)) = host.store(stored) else {
-            return;
-        };
-        self.transfers.offload.push((block, slot));
+        let stored_on_host = host.store(stored);
         self.record(KvEventKind::Stored(stored));
-        if let Some(old) = evicted.filter(|old| !self.by_hash.contains_key(&old.hash)) {
-            self.record(KvEventKind::Removed { hash: old.hash });
+        if let Some((slot, evicted)) = stored_on_host {
+            self.transfers.offload.push((block, slot));
+            if let Some(old) = evicted.filter(|old| !self.by_hash.contains_key(&old.hash)) {
+                self.record(KvEventKind::Removed { hash: old.hash });
+            }
         }
     }
 
