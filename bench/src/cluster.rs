@@ -169,8 +169,10 @@ impl Cluster {
                 config.gpu.name
             );
         }
-        let block_bytes = config.shape.kv_bytes_per_token() as f64 * config.block_size as f64;
-        let host_blocks = (config.kv_offloading_size * (1u64 << 30) as f64 / block_bytes) as usize;
+        let block_bytes = config.shape.kv_bytes_per_token() as usize * config.block_size;
+        let host_blocks =
+            switchyard_engine::kv::slots_in_gib(config.kv_offloading_size, block_bytes)
+                .map_err(anyhow::Error::msg)?;
         let max_model_len =
             (config.shape.max_position_embeddings as usize).min(num_blocks * config.block_size);
         let vocabulary = SimVocabulary::from_tokenizer(tokenizer, corpus);

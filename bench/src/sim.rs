@@ -55,9 +55,6 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
     if args.instances == 0 {
         anyhow::bail!("--instances must be at least 1");
     }
-    if !(args.kv_offloading_size >= 0.0 && args.kv_offloading_size.is_finite()) {
-        anyhow::bail!("--kv-offloading-size must be a number of GiB, 0 or more");
-    }
     let policies: Vec<(String, Policy)> = args
         .policy
         .iter()

@@ -6,6 +6,7 @@ use crate::backend::sim::{SimBackend, SimVocabulary, StepTimeModel};
 use crate::backend::Backend;
 use crate::core::CoreConfig;
 use crate::instance::{InstanceInfo, InstanceParts};
+use crate::kv::slots_in_gib;
 use crate::metrics::{EngineInfo, EngineMetrics, MetricsDialect};
 use crate::model::{
     builtin_model_dir, load_tokenizer_and_template, write_builtin_model, ModelDir, ModelWeights,
@@ -135,9 +136,6 @@ impl EngineArgs {
         if !(self.gpu_memory_utilization > 0.0 && self.gpu_memory_utilization <= 1.0) {
             bail!("--gpu-memory-utilization must be in (0, 1]");
         }
-        if !(self.kv_offloading_size >= 0.0 && self.kv_offloading_size.is_finite()) {
-            bail!("--kv-offloading-size must be a number of GiB, 0 or more");
-        }
         if self.kv_offloading_size > 0.0 && self.no_prefix_caching {
             bail!("--kv-offloading-size extends the prefix cache, which --no-prefix-caching turns off");
         }
@@ -180,15 +178,8 @@ impl EngineArgs {
             bail!("--max-model-len must be at least 2");
         }
         let num_blocks = model.num_blocks;
-        let host_blocks =
-            (self.kv_offloading_size * (1u64 << 30) as f64 / model.bytes_per_block as f64) as usize;
-        if self.kv_offloading_size > 0.0 && host_blocks == 0 {
-            bail!(
-                "--kv-offloading-size {} GiB holds no KV block of {} bytes",
-                self.kv_offloading_size,
-                model.bytes_per_block
-            );
-        }
+        let host_blocks = slots_in_gib(self.kv_offloading_size, model.bytes_per_block)
+            .map_err(anyhow::Error::msg)?;
         let model_name = self.served_model_name.clone().unwrap_or_else(|| {
             if self.model == "builtin" && kind != BackendKind::Sim {
                 BUILTIN_MODEL_NAME.to_string()

@@ -27,6 +27,22 @@ impl KvTransfers {
     }
 }
 
+/// Slots that `gib` GiB of host memory hold for blocks of `bytes_per_block` bytes (the value of
+/// `--kv-offloading-size`): none for 0, an error for a size that is negative, not a number, or
+/// too small for one block.
+pub fn slots_in_gib(gib: f64, bytes_per_block: usize) -> Result<usize, String> {
+    if !(gib >= 0.0 && gib.is_finite()) {
+        return Err("--kv-offloading-size must be a number of GiB, 0 or more".into());
+    }
+    let slots = (gib * (1u64 << 30) as f64 / bytes_per_block.max(1) as f64) as usize;
+    if gib > 0.0 && slots == 0 {
+        return Err(format!(
+            "--kv-offloading-size {gib} GiB holds no KV block of {bytes_per_block} bytes"
+        ));
+    }
+    Ok(slots)
+}
+
 /// Host slots keyed by chained block hash, least recently used first.
 #[derive(Debug)]
 pub struct HostTier {
@@ -119,5 +135,16 @@ mod tests {
         assert_eq!(tier.slot_of(1), None);
         assert_eq!(tier.blocks().count(), 0);
         assert!(HostTier::new(0).store(block(1)).is_none());
+    }
+
+    #[test]
+    fn sizes_in_gib_become_slots_or_clear_errors() {
+        assert_eq!(slots_in_gib(0.0, 1 << 20), Ok(0));
+        assert_eq!(slots_in_gib(2.0, 1 << 20), Ok(2048));
+        assert!(slots_in_gib(-1.0, 1 << 20).is_err());
+        assert!(slots_in_gib(f64::NAN, 1 << 20).is_err());
+        assert!(slots_in_gib(1e-9, 1 << 20)
+            .unwrap_err()
+            .contains("holds no KV block"));
     }
 }

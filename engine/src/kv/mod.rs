@@ -15,5 +15,5 @@ mod free_queue;
 mod host_tier;
 mod pool;
 
-pub use host_tier::{HostSlot, HostTier, KvTransfers};
+pub use host_tier::{slots_in_gib, HostSlot, HostTier, KvTransfers};
 pub use pool::{BlockId, BlockPool};
