@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use subtle::ConstantTimeEq;
 use switchyard_protocol::openai::ApiError;
+use switchyard_protocol::secret::Secret;
 
 /// A token bucket: `capacity` tokens, refilled at `per_minute` a minute.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,7 +57,7 @@ impl TokenBucket {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct ApiKey {
     /// The secret clients send as `Authorization: Bearer KEY`.
-    pub key: String,
+    pub key: Secret,
     /// A name for logs and metrics (the key itself is never logged).
     pub name: String,
     /// Requests per minute allowed to this key.
@@ -222,14 +222,11 @@ impl Admission {
         if self.config.keys.is_empty() {
             return Ok(None);
         }
-        let presented = authorization
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .unwrap_or("")
-            .as_bytes();
+        let presented = authorization.map(str::as_bytes);
         let mut found = None;
         for key in &self.config.keys {
             // Every key is compared, in constant time, so timing reveals nothing.
-            if bool::from(key.key.as_bytes().ct_eq(presented)) {
+            if key.key.matches_bearer(presented) {
                 found = Some(key.name.clone());
             }
         }
@@ -316,7 +313,7 @@ mod tests {
     fn config() -> AdmissionConfig {
         AdmissionConfig {
             keys: vec![ApiKey {
-                key: "sk-a".into(),
+                key: Secret::new("sk-a"),
                 name: "a".into(),
                 requests_per_minute: Some(2.0),
                 tokens_per_minute: None,

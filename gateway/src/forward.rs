@@ -35,6 +35,9 @@ pub struct ForwardSettings {
     pub retries: u32,
     /// How long an instance may take to send its response headers.
     pub first_byte_timeout: Duration,
+    /// How long a pool instance's stream may go silent after its first chunk before it counts
+    /// as broken (and resumes elsewhere).
+    pub stream_idle_timeout: Duration,
 }
 
 /// Opens answers from the pool (through a scheduler) and from external endpoints.
@@ -134,6 +137,11 @@ impl Forwarder {
             breakers: Breakers::new(BREAKER_THRESHOLD, BREAKER_COOLDOWN),
             mirrors: Arc::new(Semaphore::new(MIRRORS_IN_FLIGHT)),
         }
+    }
+
+    /// How long a pool instance's stream may go silent after its first chunk.
+    pub fn stream_idle_timeout(&self) -> Duration {
+        self.settings.stream_idle_timeout
     }
 
     /// Circuit breakers that are not closed, with their state.
@@ -387,7 +395,7 @@ impl Forwarder {
             .header("x-request-id", request_id)
             .body(upstream.for_endpoint(endpoint.model.as_deref()));
         if let Some(key) = &endpoint.api_key {
-            send = send.bearer_auth(key);
+            send = send.bearer_auth(key.expose());
         }
         send
     }

@@ -12,7 +12,7 @@ use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use switchyard_scheduler::service::SchedulerService;
+use switchyard_scheduler::service::{AdminArgs, SchedulerService};
 use switchyard_text::chat_template::{ChatTemplate, CHATML_TEMPLATE};
 use switchyard_text::model_files::load_tokenizer_and_template;
 use switchyard_text::tokenizer::{builtin_tokenizer, BUILTIN_MODEL_NAME};
@@ -60,6 +60,10 @@ pub struct GatewayFlags {
     /// retried elsewhere (external endpoints have no cap but the request timeout).
     #[arg(long, env = "SWITCHYARD_FIRST_BYTE_TIMEOUT", default_value_t = 30.0)]
     pub first_byte_timeout: f64,
+    /// Seconds a pool instance's stream may go silent after its first chunk before it counts
+    /// as broken and resumes on another instance (a stalled engine).
+    #[arg(long, env = "SWITCHYARD_STREAM_IDLE_TIMEOUT", default_value_t = 60.0)]
+    pub stream_idle_timeout: f64,
     /// Most times one broken stream is resumed on another instance.
     #[arg(long, env = "SWITCHYARD_STREAM_RESUMES", default_value_t = 2)]
     pub stream_resumes: u32,
@@ -70,6 +74,9 @@ pub struct GatewayFlags {
     /// Keys, rates and concurrency.
     #[command(flatten)]
     pub admission: AdmissionArgs,
+    /// The key of the admin endpoints.
+    #[command(flatten)]
+    pub admin: AdminArgs,
 }
 
 fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
@@ -81,27 +88,25 @@ fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
 
 impl GatewayFlags {
     /// A gateway over `models` of the pool, asking `scheduler` as `gateway_id`, with
-    /// `extra_metrics` on its `/metrics`; watches the route config, if any.
+    /// `in_process_scheduler` (in `serve`) behind its `/metrics` and `/v1/instances`; watches the
+    /// route config, if any.
     pub fn build(
         &self,
         models: Vec<ServedModel>,
         scheduler: SchedulerClient,
         gateway_id: String,
-        extra_metrics: Option<Arc<SchedulerService>>,
+        in_process_scheduler: Option<Arc<SchedulerService>>,
     ) -> anyhow::Result<Arc<Gateway>> {
         let pool: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
-        let table = match &self.route_config {
-            Some(path) => routes::load(path, pool.clone())?,
-            None => RouteTable::pool_only(pool.clone()),
-        };
+        let routes = Arc::new(match &self.route_config {
+            Some(path) => Routes::from_file(path.clone(), pool)?,
+            None => Routes::new(RouteTable::pool_only(pool)),
+        });
         let metrics = Arc::new(GatewayMetrics::new()?);
-        let routes = Arc::new(Routes::new(table));
-        if let Some(path) = &self.route_config {
+        if self.route_config.is_some() {
             let reloads = metrics.clone();
             tokio::spawn(routes::watch(
                 routes.clone(),
-                path.clone(),
-                pool,
                 Duration::from_secs(1),
                 move |ok| reloads.on_route_reload(ok),
             ));
@@ -109,6 +114,7 @@ impl GatewayFlags {
         let settings = ForwardSettings {
             retries: self.retries,
             first_byte_timeout: seconds("first-byte-timeout", self.first_byte_timeout)?,
+            stream_idle_timeout: seconds("stream-idle-timeout", self.stream_idle_timeout)?,
         };
         Ok(Arc::new(Gateway {
             models,
@@ -123,7 +129,8 @@ impl GatewayFlags {
             admission: Admission::new(self.admission.config()?),
             request_timeout: seconds("request-timeout", self.request_timeout)?,
             max_resumes: self.stream_resumes,
-            extra_metrics,
+            in_process_scheduler,
+            admin_key: self.admin.admin_key.clone(),
         }))
     }
 }

@@ -66,6 +66,8 @@ pub struct Session {
     held: Option<Bytes>,
     /// Choices that ended so far.
     finished: usize,
+    /// Whether the current upstream has sent a chunk (it is past its prefill).
+    upstream_started: bool,
 }
 
 impl Session {
@@ -103,6 +105,7 @@ impl Session {
             last_chunk: None,
             held: None,
             finished: 0,
+            upstream_started: false,
         }
     }
 
@@ -121,6 +124,7 @@ impl Session {
             let Some(data) = self.rewrite_resumed(data) else {
                 continue;
             };
+            self.upstream_started = true;
             let view = ChunkView::parse(&data);
             if let Some(view) = &view {
                 self.finished += view
@@ -146,8 +150,16 @@ impl Session {
             if let Some(step) = self.ready() {
                 return step;
             }
-            let read = tokio::time::timeout_at(self.deadline, self.body.next()).await;
+            let idle = self.forwarder.stream_idle_timeout();
+            let wait_until = match self.stalls_after() {
+                Some(idle) => self.deadline.min(tokio::time::Instant::now() + idle),
+                None => self.deadline,
+            };
+            let read = tokio::time::timeout_at(wait_until, self.body.next()).await;
             let broken = match read {
+                Err(_) if wait_until < self.deadline => {
+                    format!("{} sent nothing for {idle:?}", self.instance)
+                }
                 Err(_) => return Step::Failed(deadline_error()),
                 Ok(Some(Ok(bytes))) => {
                     self.splitter.push(&bytes);
@@ -162,6 +174,13 @@ impl Session {
                 return Step::Failed(e);
             }
         }
+    }
+
+    /// How long the upstream may stay silent: a pool instance's stream, once its first chunk
+    /// came, is broken after the stream idle timeout (an external endpoint has only the
+    /// deadline, like a pool instance still prefilling).
+    fn stalls_after(&self) -> Option<Duration> {
+        (self.kind.is_some() && self.upstream_started).then(|| self.forwarder.stream_idle_timeout())
     }
 
     fn all_finished(&self) -> bool {
@@ -192,6 +211,7 @@ impl Session {
             );
         };
         self.splitter = SseSplitter::default();
+        self.upstream_started = false;
         self._release = None;
         let forwarder = self.forwarder.clone();
         let opened = tokio::time::timeout_at(

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use switchyard_protocol::openai::ApiError;
+use switchyard_protocol::secret::Secret;
 
 /// An external OpenAI-compatible endpoint.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,7 +34,7 @@ pub struct Endpoint {
     /// Base URL, without `/v1/...`.
     pub base_url: String,
     /// Sent as `Authorization: Bearer KEY`.
-    pub api_key: Option<String>,
+    pub api_key: Option<Secret>,
     /// The model name to ask for there (default: the client's).
     pub model: Option<String>,
 }
@@ -166,10 +167,10 @@ impl RouteTable {
                 (Some(_), Some(_)) => {
                     anyhow::bail!("endpoint {name}: give api_key or api_key_env, not both")
                 }
-                (key, None) => key,
-                (None, Some(var)) => Some(env(&var).ok_or_else(|| {
+                (key, None) => key.map(Secret::new),
+                (None, Some(var)) => Some(Secret::new(env(&var).ok_or_else(|| {
                     anyhow::anyhow!("endpoint {name}: environment variable {var} is not set")
-                })?),
+                })?)),
             };
             let endpoint = Endpoint {
                 name: name.clone(),
@@ -333,6 +334,8 @@ impl RouteTable {
 #[derive(Debug)]
 pub struct Routes {
     current: RwLock<Arc<RouteTable>>,
+    /// The file it is read from, and the pool's models it is checked against.
+    source: Option<(PathBuf, Vec<String>)>,
 }
 
 impl Routes {
@@ -340,7 +343,29 @@ impl Routes {
     pub fn new(table: RouteTable) -> Self {
         Routes {
             current: RwLock::new(Arc::new(table)),
+            source: None,
         }
+    }
+
+    /// Routes read from the config file at `path`, against the pool's models.
+    pub fn from_file(path: PathBuf, pool: Vec<String>) -> anyhow::Result<Self> {
+        let table = load(&path, pool.clone())?;
+        Ok(Routes {
+            current: RwLock::new(Arc::new(table)),
+            source: Some((path, pool)),
+        })
+    }
+
+    /// The config file, when the routes come from one.
+    pub fn path(&self) -> Option<&Path> {
+        self.source.as_ref().map(|(path, _)| path.as_path())
+    }
+
+    /// Re-reads the config file and swaps its table in when it checks out; a bad file leaves
+    /// the table in force. `None` when the routes come from no file.
+    pub fn reload(&self) -> Option<anyhow::Result<()>> {
+        let (path, pool) = self.source.as_ref()?;
+        Some(load(path, pool.clone()).map(|table| self.replace(table)))
     }
 
     /// The table in force.
@@ -364,15 +389,28 @@ pub fn load(path: &Path, pool: Vec<String>) -> anyhow::Result<RouteTable> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
-/// Re-reads `path` every `every` and swaps the table in when its text changed and checks out;
-/// a bad file is logged and counted by `on_reload(false)`, and the table in force stays.
+/// Reloads `routes` from their file, logging the outcome and telling `on_reload` whether it
+/// took; `None` when the routes come from no file.
+pub fn reload_logged(routes: &Routes, on_reload: impl Fn(bool)) -> Option<anyhow::Result<()>> {
+    let result = routes.reload()?;
+    match &result {
+        Ok(()) => tracing::info!("route config {} reloaded", routes.path()?.display()),
+        Err(e) => tracing::error!("route config not reloaded, the previous one stays: {e}"),
+    }
+    on_reload(result.is_ok());
+    Some(result)
+}
+
+/// Re-reads the routes' file every `every` and reloads them when its text changed; a bad file
+/// is logged and counted by `on_reload(false)`, and the table in force stays.
 pub async fn watch(
     routes: Arc<Routes>,
-    path: PathBuf,
-    pool: Vec<String>,
     every: Duration,
     on_reload: impl Fn(bool) + Send + 'static,
 ) {
+    let Some(path) = routes.path().map(Path::to_path_buf) else {
+        return;
+    };
     let mut last = std::fs::read_to_string(&path).ok();
     let mut ticks = tokio::time::interval(every);
     loop {
@@ -382,17 +420,7 @@ pub async fn watch(
             continue;
         }
         last = text;
-        match load(&path, pool.clone()) {
-            Ok(table) => {
-                tracing::info!("route config {} reloaded", path.display());
-                routes.replace(table);
-                on_reload(true);
-            }
-            Err(e) => {
-                tracing::error!("route config not reloaded, the previous one stays: {e}");
-                on_reload(false);
-            }
-        }
+        reload_logged(&routes, &on_reload);
     }
 }
 
@@ -439,7 +467,7 @@ mod tests {
         assert_eq!(t.model_names(), ["m", "chat", "gpt-4o"]);
         match &plan("gpt-3.5").attempts[0] {
             Target::External(e) => {
-                assert_eq!(e.api_key.as_deref(), Some("sk-a"));
+                assert_eq!(e.api_key.as_ref().map(Secret::expose), Some("sk-a"));
                 assert_eq!(e.base_url, "http://a:1");
             }
             other => panic!("{other:?}"),

@@ -6,7 +6,7 @@ use crate::metrics::GatewayMetrics;
 use crate::observe::RelayObserver;
 use crate::preprocess::{prepare, read_body, Route, ServedModel};
 use crate::relay::{collect, deadline_error, stream_body, ResumeWith, Session};
-use crate::routes::{Routes, Target};
+use crate::routes::{reload_logged, Routes, Target};
 use crate::upstream::UpstreamRequest;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -20,7 +20,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_protocol::openai::{ApiError, ModelCard, ModelList};
-use switchyard_scheduler::service::SchedulerService;
+use switchyard_protocol::secret::Secret;
+use switchyard_scheduler::service::{admin_only, SchedulerService};
 
 /// Longest `x-request-id` accepted.
 const MAX_REQUEST_ID_LEN: usize = 256;
@@ -41,8 +42,11 @@ pub struct Gateway {
     pub request_timeout: Duration,
     /// Most resumptions of one broken stream.
     pub max_resumes: u32,
-    /// More metrics text served on `/metrics` (the in-process scheduler's, in `serve`).
-    pub extra_metrics: Option<Arc<SchedulerService>>,
+    /// The scheduler running in this process (in `serve`): its metrics join `/metrics` and its
+    /// instance list is served on `/v1/instances`.
+    pub in_process_scheduler: Option<Arc<SchedulerService>>,
+    /// The key of the admin endpoints (`/v1/instances`, `/v1/routes/reload`), if any.
+    pub admin_key: Option<Secret>,
 }
 
 /// Records a request's end when its response body is done (read to the end, or dropped).
@@ -65,9 +69,15 @@ impl Drop for Finish {
     }
 }
 
-/// The gateway's routes, accepting bodies up to `max_body_bytes`.
+/// The gateway's routes, accepting bodies up to `max_body_bytes`. The admin endpoints:
+/// `POST /v1/routes/reload` re-reads the route config now (answering why a bad one was
+/// refused), and in `serve`, `GET /v1/instances` lists the in-process scheduler's instances.
 pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
-    Router::new()
+    let mut admin = Router::new().route("/v1/routes/reload", post(reload_routes));
+    if gateway.in_process_scheduler.is_some() {
+        admin = admin.route("/v1/instances", get(instances));
+    }
+    admin_only(admin, gateway.admin_key.clone())
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
@@ -301,7 +311,7 @@ async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
         .metrics
         .set_breakers(&gateway.forwarder.breaker_states());
     let mut text = gateway.metrics.render();
-    if let Some(scheduler) = &gateway.extra_metrics {
+    if let Some(scheduler) = &gateway.in_process_scheduler {
         text.push_str(&scheduler.render_metrics());
     }
     (
@@ -328,6 +338,35 @@ async fn chat_completions(
     body: BodyResult,
 ) -> Response {
     handle(&gateway, Route::Chat, &headers, body).await
+}
+
+async fn instances(State(gateway): State<Arc<Gateway>>) -> Response {
+    match &gateway.in_process_scheduler {
+        Some(scheduler) => Json(scheduler.instances()).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+async fn reload_routes(State(gateway): State<Arc<Gateway>>) -> Response {
+    let reloaded = reload_logged(&gateway.routes, |ok| gateway.metrics.on_route_reload(ok));
+    match reloaded {
+        None => {
+            let mut e = ApiError::invalid_request("This gateway has no --route-config to reload.");
+            e.status = 404;
+            error(e)
+        }
+        Some(Err(e)) => error(
+            ApiError::invalid_request(format!(
+                "The route config was not reloaded (the one in force stays): {e}"
+            ))
+            .with_code("invalid_route_config"),
+        ),
+        Some(Ok(())) => Json(serde_json::json!({
+            "reloaded": true,
+            "models": gateway.routes.table().model_names(),
+        }))
+        .into_response(),
+    }
 }
 
 async fn models(State(gateway): State<Arc<Gateway>>) -> Json<ModelList> {

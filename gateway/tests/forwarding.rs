@@ -20,7 +20,7 @@ use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::schedule::{EngineKind, InferStage};
 use switchyard_scheduler::cms::InstanceMeta;
 use switchyard_scheduler::policy::Policy;
-use switchyard_scheduler::service::SchedulerService;
+use switchyard_scheduler::service::{AdminArgs, SchedulerService};
 use switchyard_scheduler::{Scheduler, SchedulerConfig};
 use switchyard_text::tokenizer::builtin_tokenizer;
 
@@ -138,6 +138,7 @@ fn flags(retries: u32) -> GatewayFlags {
         retries,
         request_timeout: 600.0,
         first_byte_timeout: 30.0,
+        stream_idle_timeout: 60.0,
         stream_resumes: 2,
         route_config: None,
         admission: AdmissionArgs {
@@ -148,6 +149,7 @@ fn flags(retries: u32) -> GatewayFlags {
             queue_size: 16,
             queue_timeout: 30.0,
         },
+        admin: AdminArgs { admin_key: None },
     }
 }
 
@@ -502,6 +504,83 @@ async fn routes_send_models_to_endpoints_with_fallback_mirror_and_reload() {
         m.contains("gateway_route_config_reloads_total{result=\"success\"} 1"),
         "{m}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn the_route_reload_endpoint_needs_the_admin_key_and_says_why_a_config_is_refused() {
+    let pool = fake(Behaviour::Answer(200)).await;
+    let dir = std::env::temp_dir().join(format!("switchyard-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("routes.json");
+    let routes =
+        |alias: &str| json!({"routes": [{"model": alias, "targets": [{"pool": "m"}]}]}).to_string();
+    write_config(&path, &routes("first"));
+    let mut f = flags(0);
+    f.route_config = Some(path.clone());
+    f.admin.admin_key = Some("admin-secret".parse().unwrap());
+    assert!(
+        !format!("{f:?}").contains("admin-secret"),
+        "the key is never printed"
+    );
+    let gw = gateway(&[sw(&pool.url)], f).await;
+    let client = reqwest::Client::new();
+    let reload = |key: Option<&'static str>| {
+        let mut request = client.post(format!("{gw}/v1/routes/reload"));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        async move {
+            let r = request.send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    for key in [None, Some("admin-secre"), Some("admin-secret2")] {
+        let (status, body) = reload(key).await;
+        assert_eq!(status, 401, "{body}");
+        assert_eq!(body["error"]["code"], "invalid_admin_key");
+    }
+    assert_eq!(
+        call(&gw, json!({"model": "first", "prompt": "x"})).await.0,
+        200,
+        "client routes need no admin key"
+    );
+
+    write_config(
+        &path,
+        r#"{"routes": [{"model": "x", "targets": [{"pool": "nope"}]}]}"#,
+    );
+    let (status, body) = reload(Some("admin-secret")).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("nope"),
+        "{body}"
+    );
+    assert_eq!(
+        call(&gw, json!({"model": "first", "prompt": "x"})).await.0,
+        200
+    );
+
+    write_config(&path, &routes("second"));
+    let (status, body) = reload(Some("admin-secret")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["models"], json!(["m", "second"]));
+    assert_eq!(
+        call(&gw, json!({"model": "second", "prompt": "x"})).await.0,
+        200
+    );
+    assert_eq!(
+        call(&gw, json!({"model": "first", "prompt": "x"})).await.0,
+        404
+    );
+
+    let without_config = gateway(&[sw(&pool.url)], flags(0)).await;
+    let r = client
+        .post(format!("{without_config}/v1/routes/reload"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

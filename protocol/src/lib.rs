@@ -6,12 +6,14 @@
 //! - [`engine_state`]: the status snapshots an engine pushes to the scheduler.
 //! - [`kv_events`]: the prefix-cache events an engine pushes to the scheduler's index.
 //! - [`schedule`]: the schedule API between gateway and scheduler.
+//! - [`secret`]: API keys, compared in constant time and never printed.
 
 pub mod engine_state;
 pub mod hashing;
 pub mod kv_events;
 pub mod openai;
 pub mod schedule;
+pub mod secret;
 
 /// The request header that asks a switchyard engine for the ids of the generated tokens in a
 /// stream: each event then carries them in an SSE comment line, `: token_ids 1,2,3`, which SSE

@@ -3,7 +3,7 @@
 
 use crate::policy::Policy;
 use crate::service::{
-    parse_entry, router, run_discovery, Discovery, FollowSettings, SchedulerService,
+    parse_entry, router, run_discovery, AdminArgs, Discovery, FollowSettings, SchedulerService,
 };
 use crate::{Scheduler, SchedulerConfig};
 use anyhow::Context;
@@ -70,6 +70,9 @@ pub struct SchedulerArgs {
     /// Seed of the tie-breaking draws.
     #[arg(long, env = "SWITCHYARD_SCHEDULER_SEED", default_value_t = 0)]
     pub seed: u64,
+    /// The key of the admin endpoints.
+    #[command(flatten)]
+    pub admin: AdminArgs,
 }
 
 impl SchedulerArgs {
@@ -164,7 +167,7 @@ pub async fn run(
         args.policy,
         listener.local_addr()?
     );
-    axum::serve(listener, router(service))
+    axum::serve(listener, router(service, args.admin.admin_key.clone()))
         .with_graceful_shutdown(shutdown)
         .await
         .context("scheduler server failed")

@@ -195,9 +195,13 @@ impl Scheduler {
         self.cms.update_status(id, status, now);
     }
 
-    /// An instance could not be reached.
+    /// An instance could not be reached: it takes no requests, and its prefix-index entries
+    /// are dropped (its cache may be gone; the snapshot it sends when back refills them).
     pub fn on_unreachable(&mut self, id: &str) {
         self.cms.mark_unreachable(id);
+        if let Some(state) = self.cms.get(id) {
+            self.index.remove_instance(state.slot);
+        }
     }
 
     /// KV events of an instance; a gap means the caller must resync from a snapshot.

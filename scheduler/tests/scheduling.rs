@@ -288,6 +288,36 @@ fn removing_an_instance_drops_its_index_entries_and_dispatches() {
 }
 
 #[test]
+fn an_unreachable_instance_loses_its_index_entries_until_its_snapshot() {
+    let mut s = cluster(Policy::CacheAware, 2);
+    let prompt: Vec<u32> = (0..64).collect();
+    s.on_kv_events("i0", &stored_prompt(&prompt)).unwrap();
+    let indexed = |s: &Scheduler| {
+        s.instances_view(0.5)
+            .into_iter()
+            .find(|v| v.meta.id == "i0")
+            .unwrap()
+            .indexed_blocks
+    };
+    assert_eq!(indexed(&s), 4);
+    s.on_unreachable("i0");
+    assert_eq!(indexed(&s), 0);
+    let blocks: Vec<StoredBlock> = block_hashes(&prompt, 16)
+        .into_iter()
+        .map(|hash| StoredBlock {
+            hash,
+            parent: None,
+            token_count: 16,
+        })
+        .collect();
+    s.on_kv_snapshot("i0", 9, &blocks);
+    s.on_status("i0", idle(), 1.0);
+    assert_eq!(indexed(&s), 4);
+    let placed = s.schedule(&request("a", &prompt), 1.0).unwrap();
+    assert_eq!(placed.decision.instance_id, "i0");
+}
+
+#[test]
 fn a_silent_gateway_has_its_dispatches_reclaimed() {
     let mut s = cluster(Policy::LeastRequests, 2);
     let from = |id: &str, gateway: &str| ScheduleRequest {

@@ -1,7 +1,6 @@
 //! The scheduler's HTTP API.
 
-use super::ScheduleApi;
-use super::SchedulerService;
+use super::{admin_only, ScheduleApi, SchedulerService};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -12,15 +11,17 @@ use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{
     GatewayHeartbeat, ReleaseRequest, ReportRequest, ScheduleRequest,
 };
+use switchyard_protocol::secret::Secret;
 
-/// `POST /v1/schedule`, `/v1/release` (one or a JSON array), `/v1/report`; `GET /v1/instances`, `/health`, `/metrics`.
-pub fn router(service: Arc<SchedulerService>) -> Router {
-    Router::new()
+/// `POST /v1/schedule`, `/v1/release` (one or a JSON array), `/v1/report`; `GET /v1/instances`
+/// (behind `admin_key`, if any), `/health`, `/metrics`.
+pub fn router(service: Arc<SchedulerService>, admin_key: Option<Secret>) -> Router {
+    let admin = Router::new().route("/v1/instances", get(instances));
+    admin_only(admin, admin_key)
         .route("/v1/schedule", post(schedule))
         .route("/v1/release", post(release))
         .route("/v1/report", post(report))
         .route("/v1/heartbeat", post(heartbeat))
-        .route("/v1/instances", get(instances))
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/metrics", get(metrics))
         .with_state(service)
@@ -100,6 +101,7 @@ async fn heartbeat(
     }
 }
 
+/// `GET /v1/instances`: every known instance with its state, load and index size.
 async fn instances(State(service): State<Arc<SchedulerService>>) -> Response {
     Json(service.instances()).into_response()
 }

@@ -1,11 +1,13 @@
 //! The scheduler as a running service: the core behind a lock, fed by instance sources, answering
 //! the gateway over HTTP or in process, with its Prometheus metrics.
 
+mod admin;
 mod discovery;
 mod http;
 mod metrics;
 mod sources;
 
+pub use admin::{admin_only, AdminArgs};
 pub use discovery::{kind_name, parse_entry, run_discovery, Discovery, FollowSettings};
 pub use http::router;
 pub use metrics::SchedulerMetrics;
