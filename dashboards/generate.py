@@ -243,6 +243,10 @@ def component_dashboard():
     d.row("Scheduler")
     d.rate("Scheduling decisions", "scheduler_scheduling_total", "")
     d.rate("Scheduling failures", "scheduler_scheduling_failed_total", "error_type")
+    d.gauge("Tracked requests", "scheduler_tracked_requests", "instance",
+            description="Placed and not yet released by their gateway.")
+    d.rate("Reclaimed requests", "scheduler_reclaimed_requests_total", "",
+           description="Released because their gateway went silent (killed or cut off).")
     d.latency("Scheduling work", "request_full_mode_schedule_duration_milliseconds", "ms")
     for infer in INFER_TYPES:
         d.row(f"Chosen instances ({infer})")

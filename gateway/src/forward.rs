@@ -35,8 +35,8 @@ pub struct ForwardSettings {
     pub retries: u32,
     /// How long an instance may take to send its response headers.
     pub first_byte_timeout: Duration,
-    /// How long a pool instance's stream may go silent after its first chunk before it counts
-    /// as broken (and resumes elsewhere).
+    /// How long a pool instance's stream may go silent before it counts as broken (and resumes
+    /// elsewhere).
     pub stream_idle_timeout: Duration,
 }
 
@@ -139,7 +139,7 @@ impl Forwarder {
         }
     }
 
-    /// How long a pool instance's stream may go silent after its first chunk.
+    /// How long a pool instance's stream may go silent.
     pub fn stream_idle_timeout(&self) -> Duration {
         self.settings.stream_idle_timeout
     }

@@ -60,8 +60,9 @@ pub struct GatewayFlags {
     /// retried elsewhere (external endpoints have no cap but the request timeout).
     #[arg(long, env = "SWITCHYARD_FIRST_BYTE_TIMEOUT", default_value_t = 30.0)]
     pub first_byte_timeout: f64,
-    /// Seconds a pool instance's stream may go silent after its first chunk before it counts
-    /// as broken and resumes on another instance (a stalled engine).
+    /// Seconds a pool instance's stream may go silent before it counts as broken and resumes on
+    /// another instance (a stalled engine): from its headers for switchyard engines, which send
+    /// keep-alives every second, from the first token for others.
     #[arg(long, env = "SWITCHYARD_STREAM_IDLE_TIMEOUT", default_value_t = 60.0)]
     pub stream_idle_timeout: f64,
     /// Most times one broken stream is resumed on another instance.

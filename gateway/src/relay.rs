@@ -176,11 +176,14 @@ impl Session {
         }
     }
 
-    /// How long the upstream may stay silent: a pool instance's stream, once its first chunk
-    /// came, is broken after the stream idle timeout (an external endpoint has only the
-    /// deadline, like a pool instance still prefilling).
+    /// How long the upstream may stay silent before its stream counts as broken: the stream
+    /// idle timeout for a switchyard engine (it sends keep-alives while a request waits or
+    /// prefills) and for other pool engines once their first chunk came; an external endpoint
+    /// has only the deadline.
     fn stalls_after(&self) -> Option<Duration> {
-        (self.kind.is_some() && self.upstream_started).then(|| self.forwarder.stream_idle_timeout())
+        let pinged = self.kind == Some(EngineKind::Switchyard);
+        (pinged || (self.kind.is_some() && self.upstream_started))
+            .then(|| self.forwarder.stream_idle_timeout())
     }
 
     fn all_finished(&self) -> bool {

@@ -220,8 +220,8 @@ impl Scheduler {
     }
 
     /// Expires unreported dispatches and old routed prefix entries, and reclaims the dispatches
-    /// of gateways not heard from within the gateway timeout.
-    pub fn tick(&mut self, now: f64) {
+    /// of gateways not heard from within the gateway timeout (returning how many).
+    pub fn tick(&mut self, now: f64) -> usize {
         self.lrs
             .expire(now, self.config.dispatch_ttl, self.config.dispatch_forget);
         self.index.expire(now);
@@ -232,10 +232,12 @@ impl Scheduler {
             .filter(|(_, &seen)| now - seen > timeout)
             .map(|(g, _)| g.clone())
             .collect();
-        for gateway in gone {
-            self.gateways_seen.remove(&gateway);
-            self.lrs.reclaim_gateway(&gateway);
-        }
+        gone.iter()
+            .map(|gateway| {
+                self.gateways_seen.remove(gateway);
+                self.lrs.reclaim_gateway(gateway)
+            })
+            .sum()
     }
 
     /// A gateway is alive at `now` (every call it makes counts; idle gateways send heartbeats).

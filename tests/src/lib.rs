@@ -81,7 +81,11 @@ impl Process {
     /// `instances` instances, and waits until every one answers `/health`. The backend is the
     /// simulated one unless `args` name another.
     pub async fn engine(instances: u16, args: &[&str]) -> Process {
-        let port = free_ports(instances);
+        Self::engine_on(free_ports(instances), instances, args).await
+    }
+
+    /// Starts `switchyard engine` as [`Process::engine`] does, on `port` and after.
+    pub async fn engine_on(port: u16, instances: u16, args: &[&str]) -> Process {
         let count = instances.to_string();
         let mut all = vec!["--instances", count.as_str()];
         if !args.contains(&"--backend") {
@@ -143,11 +147,22 @@ impl Process {
 
     /// Sends SIGTERM.
     pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends signal `name` (`KILL`, `STOP`, `CONT`, ...).
+    pub fn signal(&self, name: &str) {
         let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{name}"), &self.child.id().to_string()])
             .status()
             .expect("kill runs");
         assert!(status.success());
+    }
+
+    /// Kills it with SIGKILL (`kill -9`) and reaps it.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("the process is running");
+        self.child.wait().expect("the process is reaped");
     }
 }
 

@@ -13,7 +13,7 @@ use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
-use axum::response::sse::{Event, Sse};
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -156,8 +156,13 @@ impl Payload {
     }
 }
 
+/// How long a stream may go without an event before it carries a keep-alive comment (while a
+/// request waits or prefills), so that a router can tell a busy engine from a stalled one.
+const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// An SSE response of JSON payloads, ended by `[DONE]`; with `token_ids`, each event that
-/// carries tokens names them in a comment line.
+/// carries tokens names them in a comment line. A keep-alive comment fills every second
+/// without an event.
 fn sse_response(
     payloads: impl Stream<Item = Payload> + Send + 'static,
     token_ids: bool,
@@ -174,7 +179,9 @@ fn sse_response(
             }
             Ok::<_, std::convert::Infallible>(event.data(payload.data))
         });
-    Sse::new(events).into_response()
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response()
 }
 
 async fn not_found(req: Request) -> HttpError {

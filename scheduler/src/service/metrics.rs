@@ -3,8 +3,8 @@
 use crate::cms::InstanceMeta;
 use crate::scheduler::{InstanceView, Placement, ScheduleError};
 use prometheus::{
-    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts,
-    Registry, TextEncoder,
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Opts, Registry, TextEncoder,
 };
 use switchyard_protocol::schedule::InferStage;
 
@@ -37,6 +37,8 @@ pub struct SchedulerMetrics {
     registry: Registry,
     scheduling: IntCounter,
     failed: IntCounterVec,
+    tracked: IntGauge,
+    reclaimed: IntCounter,
     duration: Histogram,
     kv_usage: HistogramVec,
     decode_batch: HistogramVec,
@@ -93,6 +95,16 @@ impl SchedulerMetrics {
         let scheduling =
             IntCounter::new("scheduler_scheduling_total", "Scheduling decisions made.")?;
         reg.register(Box::new(scheduling.clone()))?;
+        let tracked = IntGauge::new(
+            "scheduler_tracked_requests",
+            "Requests placed and not yet released by their gateway.",
+        )?;
+        reg.register(Box::new(tracked.clone()))?;
+        let reclaimed = IntCounter::new(
+            "scheduler_reclaimed_requests_total",
+            "Placed requests released because their gateway went silent.",
+        )?;
+        reg.register(Box::new(reclaimed.clone()))?;
         let failed = IntCounterVec::new(
             Opts::new(
                 "scheduler_scheduling_failed_total",
@@ -230,6 +242,8 @@ impl SchedulerMetrics {
             )?,
             scheduling,
             failed,
+            tracked,
+            reclaimed,
             cms,
             lrs,
             registry: reg,
@@ -269,6 +283,12 @@ impl SchedulerMetrics {
             }
             Err(e) => self.failed.with_label_values(&[e.label()]).inc(),
         }
+    }
+
+    /// Sets how many placed requests are tracked, and counts those reclaimed from silent gateways.
+    pub fn on_tracking(&self, tracked: usize, reclaimed: usize) {
+        self.tracked.set(tracked as i64);
+        self.reclaimed.inc_by(reclaimed as u64);
     }
 
     /// Refreshes an instance's CMS and LRS gauges.

@@ -64,7 +64,9 @@ impl SchedulerService {
 
     /// Expires what timed out and reclaims gateways not heard from.
     pub fn tick(&self) {
-        self.core().tick(unix_now());
+        let mut core = self.core();
+        let reclaimed = core.tick(unix_now());
+        self.metrics.on_tracking(core.dispatches(), reclaimed);
     }
 
     /// Adds an instance.
