@@ -120,11 +120,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     );
     let mut gateway_stop = stop_rx.clone();
     let front = tokio::spawn(async move {
-        axum::serve(listener, router(gateway, args.engine.max_body_bytes))
-            .with_graceful_shutdown(async move {
-                let _ = gateway_stop.wait_for(|s| *s).await;
-            })
-            .await
+        let routes = router(gateway, args.engine.max_body_bytes);
+        switchyard_http::serve(listener, routes, async move {
+            let _ = gateway_stop.wait_for(|s| *s).await;
+        })
+        .await
     });
     switchyard_engine::launcher::shutdown_signal().await;
     switchyard_engine::launcher::drain(

@@ -58,12 +58,11 @@ pub async fn serve(
     instance: Arc<Instance>,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, crate::server::router(instance))
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .await
-        .context("server failed")
+    switchyard_http::serve(listener, crate::server::router(instance), async move {
+        let _ = stop.wait_for(|s| *s).await;
+    })
+    .await
+    .context("server failed")
 }
 
 /// Turns every instance to draining and waits until none has requests in flight.

@@ -189,8 +189,7 @@ pub async fn run(
         listener.local_addr()?,
         args.scheduler
     );
-    axum::serve(listener, router(gateway, args.max_body_bytes))
-        .with_graceful_shutdown(shutdown)
+    switchyard_http::serve(listener, router(gateway, args.max_body_bytes), shutdown)
         .await
         .context("gateway server failed")
 }

@@ -167,8 +167,8 @@ pub async fn run(
         args.policy,
         listener.local_addr()?
     );
-    axum::serve(listener, router(service, args.admin.admin_key.clone()))
-        .with_graceful_shutdown(shutdown)
+    let routes = router(service, args.admin.admin_key.clone());
+    switchyard_http::serve(listener, routes, shutdown)
         .await
         .context("scheduler server failed")
 }

@@ -35,6 +35,8 @@ pub struct GenerationParams {
 pub const MAX_N: i64 = 128;
 /// Most stop strings.
 pub const MAX_STOP_STRINGS: usize = 64;
+/// Longest stop string, in characters (each new token is searched for every stop string).
+pub const MAX_STOP_STRING_CHARS: usize = 1024;
 /// Most alternatives per position in logprobs.
 pub const MAX_LOGPROBS: i64 = 20;
 
@@ -175,6 +177,15 @@ pub fn validate(
         return Err(ApiError::invalid_param(
             "stop",
             "Stop strings must not be empty.",
+        ));
+    }
+    if stop_strings
+        .iter()
+        .any(|s| s.chars().count() > MAX_STOP_STRING_CHARS)
+    {
+        return Err(ApiError::invalid_param(
+            "stop",
+            format!("A stop string may have at most {MAX_STOP_STRING_CHARS} characters."),
         ));
     }
     let seed = match f.seed {

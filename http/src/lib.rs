@@ -1,0 +1,114 @@
+//! switchyard-http: how every switchyard process serves its routes. Like `axum::serve`, it
+//! speaks HTTP/1.1 and HTTP/2 and drains on shutdown, and it bounds what a client can hold: a
+//! connection must send its request headers within [`HEADER_READ_TIMEOUT`] (a slowloris client
+//! is cut off, and so is an idle keep-alive connection after it), headers larger than hyper's
+//! buffer are refused with 431, and a failed `accept` (out of file descriptors) backs off
+//! instead of spinning.
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use std::future::Future;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// The longest a connection may take to send a request's headers, counted from its first byte
+/// or from the end of its previous response.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long to wait before accepting again after `accept` failed.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Serves `router` on `listener` until `shutdown` resolves, then stops accepting and waits for
+/// the open connections to finish their requests.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!("accept failed, retrying: {e}");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::trace!("connection ended: {e}");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn server() -> (String, tokio::sync::oneshot::Sender<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let router = Router::new().route("/", get(|| async { "hello" }));
+        tokio::spawn(serve(listener, router, async {
+            let _ = stopped.await;
+        }));
+        (addr, stop)
+    }
+
+    #[tokio::test]
+    async fn it_answers_and_refuses_huge_headers() {
+        let (addr, _stop) = server().await;
+        let client = reqwest::Client::new();
+        let ok = client.get(format!("http://{addr}/")).send().await.unwrap();
+        assert_eq!(ok.text().await.unwrap(), "hello");
+        let huge = client
+            .get(format!("http://{addr}/"))
+            .header("x-huge", "a".repeat(1 << 20))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(huge.status(), 431);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_never_finishes_its_headers_is_cut_off() {
+        let (addr, _stop) = server().await;
+        let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        slow.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n")
+            .await
+            .unwrap();
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(
+            HEADER_READ_TIMEOUT + Duration::from_secs(5),
+            slow.read_to_end(&mut rest),
+        )
+        .await;
+        assert!(read.is_ok(), "the server closed the connection");
+    }
+}
