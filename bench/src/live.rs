@@ -81,6 +81,7 @@ async fn prefix_counters(client: &reqwest::Client, urls: &[String]) -> Option<(f
 pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
+        .pool_idle_timeout(switchyard_http::CLIENT_IDLE_TIMEOUT)
         .build()?;
     let model = match &args.model {
         Some(m) => m.clone(),

@@ -127,6 +127,7 @@ impl Forwarder {
         Forwarder {
             client: reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(5))
+                .pool_idle_timeout(switchyard_http::CLIENT_IDLE_TIMEOUT)
                 .tcp_nodelay(true)
                 .build()
                 .unwrap_or_default(),

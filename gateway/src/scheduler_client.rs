@@ -78,7 +78,10 @@ impl RemoteScheduler {
     pub fn start(base: &str, gateway_id: String) -> Arc<RemoteScheduler> {
         let (releases, pending) = tokio::sync::mpsc::unbounded_channel();
         let remote = Arc::new(RemoteScheduler {
-            client: reqwest::Client::new(),
+            client: reqwest::Client::builder()
+                .pool_idle_timeout(switchyard_http::CLIENT_IDLE_TIMEOUT)
+                .build()
+                .unwrap_or_default(),
             base: base.trim_end_matches('/').to_string(),
             gateway_id,
             known: Mutex::new(Vec::new()),

@@ -18,6 +18,11 @@ use tokio::net::TcpListener;
 /// or from the end of its previous response.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long switchyard's own clients keep an idle connection to a switchyard server: shorter
+/// than [`HEADER_READ_TIMEOUT`], after which the server closes it, so that a client never sends
+/// a request on a connection the server is closing.
+pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How long to wait before accepting again after `accept` failed.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
