@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Soak: steady open-loop load for DURATION seconds against a gateway, a scheduler and two engine
+# processes, killing (`kill -9`) and restarting one engine every RESTART_EVERY seconds. Samples
+# every process's resident memory, and at the end reconciles the request counts of the client,
+# the gateway and the engines.
+#
+#   scripts/soak.sh [OUT_DIR]
+#
+# Settings (environment): DURATION (1800), RATE (100 req/s), RESTART_EVERY (300).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-target/soak}
+duration=${DURATION:-1800}
+rate=${RATE:-100}
+restart_every=${RESTART_EVERY:-300}
+mkdir -p "$out"
+cargo build --release -q
+bin=target/release/switchyard
+export RUST_LOG=warn
+engine() { # PORT
+    "$bin" engine --host 127.0.0.1 --port "$1" --backend sim >>"$out/engine-$1.log" 2>&1 &
+    echo $!
+}
+healthy() { for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return; sleep 0.1; done; }
+e0=$(engine 19610); e1=$(engine 19611)
+healthy 19610; healthy 19611
+"$bin" scheduler --host 127.0.0.1 --port 19601 \
+    --instances http://127.0.0.1:19610,http://127.0.0.1:19611 >"$out/scheduler.log" 2>&1 &
+scheduler=$!
+healthy 19601
+"$bin" gateway --host 127.0.0.1 --port 19600 --scheduler http://127.0.0.1:19601 \
+    --served-model-name qwen3-0.6b >"$out/gateway.log" 2>&1 &
+gateway=$!
+healthy 19600
+trap 'kill $e0 $e1 $scheduler $gateway 2>/dev/null || true' EXIT
+rss() { awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$1/status" 2>/dev/null || echo 0; }
+(
+    start=$(date +%s)
+    while true; do
+        echo "$(( $(date +%s) - start )) gateway $(rss $gateway) scheduler $(rss $scheduler)"
+        sleep 10
+    done
+) >"$out/rss.txt" &
+sampler=$!
+(
+    n=0
+    while sleep "$restart_every"; do
+        port=$((19610 + n % 2))
+        pid=$(pgrep -f -- "--port $port --backend sim" | head -1)
+        kill -9 "$pid"
+        sleep 5
+        engine "$port" >/dev/null
+        echo "restarted the engine on $port at $(date +%T)"
+        n=$((n + 1))
+    done
+) >"$out/restarts.txt" 2>&1 &
+restarter=$!
+requests=$((rate * duration))
+"$bin" bench --url http://127.0.0.1:19600 --workload plain --input-len 256 --output-len 64 \
+    --rate "$rate" --num-requests "$requests" --request-timeout 60 --out "$out/bench" 2>/dev/null
+kill $restarter $sampler 2>/dev/null || true
+sum() { curl -s "http://127.0.0.1:$1/metrics" | awk -v p="$2" 'index($0, p) == 1 {s += $NF} END {print s + 0}'; }
+echo "gateway request_total by status:"
+curl -s http://127.0.0.1:19600/metrics | grep '^request_total{'
+echo "gateway requests: $(sum 19600 'request_total{'), retries: $(sum 19600 'request_retry_total{'), resumed: $(sum 19600 'request_stream_continuation_total{')"
+echo "scheduler decisions: $(sum 19601 'scheduler_scheduling_total')"
+cat "$out/restarts.txt"
+echo "resident memory (s, MiB):"
+awk 'NR == 1 || NR % 30 == 0' "$out/rss.txt"
+tail -1 "$out/rss.txt"
