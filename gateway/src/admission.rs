@@ -231,11 +231,10 @@ impl Admission {
             }
         }
         found.map(Some).ok_or_else(|| {
-            let mut e = ApiError::invalid_request(
+            let e = ApiError::unauthorized(
                 "Invalid or missing API key (send `Authorization: Bearer KEY`).",
-            )
-            .with_code("invalid_api_key");
-            e.status = 401;
+                "invalid_api_key",
+            );
             Box::new(("invalid_api_key", e))
         })
     }

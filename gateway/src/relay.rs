@@ -151,9 +151,10 @@ impl Session {
                 return step;
             }
             let idle = self.forwarder.stream_idle_timeout();
-            let wait_until = match self.stalls_after() {
-                Some(idle) => self.deadline.min(tokio::time::Instant::now() + idle),
-                None => self.deadline,
+            let wait_until = if self.watched_for_stalls() {
+                self.deadline.min(tokio::time::Instant::now() + idle)
+            } else {
+                self.deadline
             };
             let read = tokio::time::timeout_at(wait_until, self.body.next()).await;
             let broken = match read {
@@ -176,14 +177,12 @@ impl Session {
         }
     }
 
-    /// How long the upstream may stay silent before its stream counts as broken: the stream
-    /// idle timeout for a switchyard engine (it sends keep-alives while a request waits or
-    /// prefills) and for other pool engines once their first chunk came; an external endpoint
-    /// has only the deadline.
-    fn stalls_after(&self) -> Option<Duration> {
+    /// Whether the upstream's silence for the stream idle timeout breaks its stream: a
+    /// switchyard engine's always (it sends keep-alives while a request waits or prefills), other
+    /// pool engines' once their first chunk came; an external endpoint has only the deadline.
+    fn watched_for_stalls(&self) -> bool {
         let pinged = self.kind == Some(EngineKind::Switchyard);
-        (pinged || (self.kind.is_some() && self.upstream_started))
-            .then(|| self.forwarder.stream_idle_timeout())
+        pinged || (self.kind.is_some() && self.upstream_started)
     }
 
     fn all_finished(&self) -> bool {

@@ -350,11 +350,9 @@ async fn instances(State(gateway): State<Arc<Gateway>>) -> Response {
 async fn reload_routes(State(gateway): State<Arc<Gateway>>) -> Response {
     let reloaded = reload_logged(&gateway.routes, |ok| gateway.metrics.on_route_reload(ok));
     match reloaded {
-        None => {
-            let mut e = ApiError::invalid_request("This gateway has no --route-config to reload.");
-            e.status = 404;
-            error(e)
-        }
+        None => error(ApiError::not_found(
+            "This gateway has no --route-config to reload.",
+        )),
         Some(Err(e)) => error(
             ApiError::invalid_request(format!(
                 "The route config was not reloaded (the one in force stays): {e}"

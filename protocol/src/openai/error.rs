@@ -60,6 +60,11 @@ impl ApiError {
         Self::invalid_request(message).with_param(param)
     }
 
+    /// 401: a key is missing or wrong; `code` says which key (`invalid_api_key`, ...).
+    pub fn unauthorized(message: impl Into<String>, code: &str) -> Self {
+        Self::new(401, "invalid_request_error", message).with_code(code)
+    }
+
     /// 404: the model is not served here.
     pub fn model_not_found(model: &str) -> Self {
         Self::new(

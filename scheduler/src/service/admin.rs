@@ -40,10 +40,9 @@ async fn require(State(key): State<Arc<Secret>>, request: Request, next: Next) -
     if key.matches_bearer(presented) {
         return next.run(request).await;
     }
-    let mut e = ApiError::invalid_request(
+    let e = ApiError::unauthorized(
         "This endpoint needs the admin key (send `Authorization: Bearer ADMIN_KEY`).",
-    )
-    .with_code("invalid_admin_key");
-    e.status = 401;
+        "invalid_admin_key",
+    );
     (StatusCode::UNAUTHORIZED, Json(e.body)).into_response()
 }
