@@ -121,9 +121,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut gateway_stop = stop_rx.clone();
     let front = tokio::spawn(async move {
         let routes = router(gateway, args.engine.max_body_bytes);
-        switchyard_http::serve(listener, routes, async move {
-            let _ = gateway_stop.wait_for(|s| *s).await;
-        })
+        switchyard_http::serve(
+            listener,
+            routes,
+            async move {
+                let _ = gateway_stop.wait_for(|s| *s).await;
+            },
+            switchyard_engine::launcher::STOP_GRACE,
+        )
         .await
     });
     switchyard_engine::launcher::shutdown_signal().await;

@@ -106,6 +106,7 @@ pub struct Instance {
     latest_status: watch::Receiver<Arc<EngineStatus>>,
     step_prior: Vec<StepSample>,
     draining: AtomicBool,
+    closed: watch::Sender<bool>,
     in_flight: AtomicUsize,
 }
 
@@ -144,6 +145,7 @@ impl Instance {
                 })
                 .collect(),
             draining: AtomicBool::new(false),
+            closed: watch::Sender::new(false),
             in_flight: AtomicUsize::new(0),
         });
         let driver = Driver {
@@ -212,6 +214,16 @@ impl Instance {
     /// Stops taking new requests (health turns 503); running ones go on.
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// Ends the subscribers' streams (status, KV events) so that the server can stop.
+    pub fn close(&self) {
+        self.closed.send_replace(true);
+    }
+
+    /// Resolves once the instance is closed.
+    pub async fn closed(&self) {
+        let _ = self.closed.subscribe().wait_for(|c| *c).await;
     }
 
     /// Whether the instance is draining.

@@ -52,20 +52,29 @@ pub async fn run(listen: ListenArgs, args: EngineArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How long a server waits, once stopped after the drain, for answers still being written.
+pub const STOP_GRACE: Duration = Duration::from_secs(1);
+
 /// Serves one instance on `listener` until `stop` turns true.
 pub async fn serve(
     listener: TcpListener,
     instance: Arc<Instance>,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    switchyard_http::serve(listener, crate::server::router(instance), async move {
-        let _ = stop.wait_for(|s| *s).await;
-    })
+    switchyard_http::serve(
+        listener,
+        crate::server::router(instance),
+        async move {
+            let _ = stop.wait_for(|s| *s).await;
+        },
+        STOP_GRACE,
+    )
     .await
     .context("server failed")
 }
 
-/// Turns every instance to draining and waits until none has requests in flight.
+/// Turns every instance to draining, waits until none has requests in flight (at most
+/// `timeout`), then closes them, ending the scheduler's subscriptions.
 pub async fn drain(instances: &[Arc<Instance>], timeout: Duration) {
     instances.iter().for_each(|i| i.start_draining());
     let in_flight = || instances.iter().map(|i| i.in_flight()).sum::<usize>();
@@ -78,6 +87,7 @@ pub async fn drain(instances: &[Arc<Instance>], timeout: Duration) {
         0 => tracing::info!("drained"),
         n => tracing::warn!("drain timeout: {n} requests still in flight are cut"),
     }
+    instances.iter().for_each(|i| i.close());
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

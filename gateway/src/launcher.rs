@@ -167,7 +167,8 @@ impl GatewayArgs {
     }
 }
 
-/// Runs the gateway until `shutdown` resolves.
+/// Runs the gateway until `shutdown` resolves, then lets the requests under way finish (each
+/// within its request timeout).
 pub async fn run(
     args: GatewayArgs,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -189,7 +190,13 @@ pub async fn run(
         listener.local_addr()?,
         args.scheduler
     );
-    switchyard_http::serve(listener, router(gateway, args.max_body_bytes), shutdown)
-        .await
-        .context("gateway server failed")
+    let grace = gateway.request_timeout;
+    switchyard_http::serve(
+        listener,
+        router(gateway, args.max_body_bytes),
+        shutdown,
+        grace,
+    )
+    .await
+    .context("gateway server failed")
 }

@@ -1,5 +1,5 @@
 //! switchyard-http: how every switchyard process serves its routes. Like `axum::serve`, it
-//! speaks HTTP/1.1 and HTTP/2 and drains on shutdown, and it bounds what a client can hold: a
+//! speaks HTTP/1.1 and HTTP/2 and drains on shutdown (for a bounded grace), and it bounds what a client can hold: a
 //! connection must send its request headers within [`HEADER_READ_TIMEOUT`] (a slowloris client
 //! is cut off, and so is an idle keep-alive connection after it), headers larger than hyper's
 //! buffer are refused with 431, and a failed `accept` (out of file descriptors) backs off
@@ -26,12 +26,14 @@ pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long to wait before accepting again after `accept` failed.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-/// Serves `router` on `listener` until `shutdown` resolves, then stops accepting and waits for
-/// the open connections to finish their requests.
+/// Serves `router` on `listener` until `shutdown` resolves, then stops accepting and waits up to
+/// `grace` for the open connections to finish their requests; what is still open after it is
+/// cut when the process exits.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send,
+    grace: Duration,
 ) -> std::io::Result<()> {
     let mut builder = Builder::new(TokioExecutor::new());
     builder
@@ -65,7 +67,12 @@ pub async fn serve(
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the {grace:?} grace are cut");
+    }
     Ok(())
 }
 
@@ -80,9 +87,14 @@ mod tests {
         let addr = listener.local_addr().unwrap().to_string();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let router = Router::new().route("/", get(|| async { "hello" }));
-        tokio::spawn(serve(listener, router, async {
-            let _ = stopped.await;
-        }));
+        tokio::spawn(serve(
+            listener,
+            router,
+            async {
+                let _ = stopped.await;
+            },
+            Duration::from_secs(1),
+        ));
         (addr, stop)
     }
 
@@ -99,6 +111,30 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(huge.status(), 431);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_cuts_a_response_still_open_after_the_grace() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let endless = || async {
+            let never = futures::stream::pending::<Result<String, std::convert::Infallible>>();
+            axum::body::Body::from_stream(never)
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(
+            listener,
+            Router::new().route("/", get(endless)),
+            async {
+                let _ = stopped.await;
+            },
+            Duration::from_secs(1),
+        ));
+        let open = reqwest::get(format!("http://{addr}/")).await.unwrap();
+        stop.send(()).unwrap();
+        let ended = tokio::time::timeout(Duration::from_secs(5), server).await;
+        assert!(ended.is_ok(), "the server returned after its grace");
+        drop(open);
     }
 
     #[tokio::test(start_paused = true)]

@@ -10,6 +10,9 @@ use anyhow::Context;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How long the server waits, once stopped, for answers still being written.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
 /// Flags of `switchyard scheduler`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SchedulerArgs {
@@ -168,7 +171,7 @@ pub async fn run(
         listener.local_addr()?
     );
     let routes = router(service, args.admin.admin_key.clone());
-    switchyard_http::serve(listener, routes, shutdown)
+    switchyard_http::serve(listener, routes, shutdown, SHUTDOWN_GRACE)
         .await
         .context("scheduler server failed")
 }

@@ -381,3 +381,35 @@ async fn a_full_queue_answers_429_and_a_long_wait_503() {
         "{metrics}"
     );
 }
+
+/// Waits up to `within` for `process` to exit, and returns whether it exited successfully.
+async fn exits_within(mut process: Process, within: Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if let Some(status) = process.child.try_wait().unwrap() {
+            return status.success();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    process.kill();
+    false
+}
+
+#[tokio::test]
+async fn sigterm_stops_serve_and_a_followed_engine_promptly() {
+    let serve = Process::serve(1, &["--backend", "sim", "--sim-time-scale", "1000"]).await;
+    until_completing(&serve.url(0)).await;
+    let engine = Process::engine(1, &["--sim-time-scale", "1000"]).await;
+    let engine_url = engine.url(0);
+    let scheduler = Process::scheduler(&["--instances", &engine_url]).await;
+    switchyard_tests::until_schedulable(&reqwest::Client::new(), &scheduler.url(0), 1).await;
+    // The in-process scheduler and the standalone one hold the engines' status and KV event
+    // streams open; a drained engine ends them instead of waiting on them.
+    serve.terminate();
+    engine.terminate();
+    assert!(exits_within(serve, Duration::from_secs(10)).await, "serve");
+    assert!(
+        exits_within(engine, Duration::from_secs(10)).await,
+        "engine"
+    );
+}

@@ -1,14 +1,21 @@
-//! The streams the scheduler subscribes to: status snapshots and KV events, as SSE.
+//! The streams the scheduler subscribes to: status snapshots and KV events, as SSE. Both end
+//! when the instance closes, after its drain.
 
 use crate::instance::Instance;
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use futures::{Stream, StreamExt};
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::kv_events::KvMessage;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+
+/// `stream`, ended when `instance` closes.
+fn until_closed<S: Stream>(instance: Arc<Instance>, stream: S) -> impl Stream<Item = S::Item> {
+    stream.take_until(async move { instance.closed().await })
+}
 
 fn event(data: &impl serde::Serialize) -> Result<Event, std::convert::Infallible> {
     Ok(Event::default().data(serde_json::to_string(data).unwrap_or_default()))
@@ -31,6 +38,7 @@ fn repeat_of(status: &EngineStatus) -> EngineStatus {
 /// accumulated while the client read), and the latest again after a second without steps.
 pub async fn state(State(instance): State<Arc<Instance>>) -> Response {
     let mut receiver = instance.subscribe_status();
+    let closing = instance.clone();
     let stream = async_stream::stream! {
         yield event(&EngineStatus {
             step_prior: instance.step_prior().to_vec(),
@@ -53,13 +61,14 @@ pub async fn state(State(instance): State<Arc<Instance>>) -> Response {
             yield event(&merged);
         }
     };
-    Sse::new(stream)
+    Sse::new(until_closed(closing, stream))
         .keep_alive(KeepAlive::default())
         .into_response()
 }
 
 /// `GET /v1/kv_events`: a snapshot of the cache, then event batches; a new snapshot after a lag.
 pub async fn kv_events(State(instance): State<Arc<Instance>>) -> Response {
+    let closing = instance.clone();
     let stream = async_stream::stream! {
         'subscribe: loop {
             let Some(mut sub) = instance.subscribe_kv().await else { break };
@@ -78,7 +87,7 @@ pub async fn kv_events(State(instance): State<Arc<Instance>>) -> Response {
             }
         }
     };
-    Sse::new(stream)
+    Sse::new(until_closed(closing, stream))
         .keep_alive(KeepAlive::default())
         .into_response()
 }

@@ -16,6 +16,8 @@ pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     eos_token_ids: Vec<u32>,
     special_ids: FxHashSet<u32>,
+    /// `tokenizers` clones the whole vocabulary to count it, so it is counted once.
+    vocab_size: usize,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -57,6 +59,7 @@ impl Tokenizer {
             .map(|(&id, _)| id)
             .collect();
         Tokenizer {
+            vocab_size: inner.get_vocab_size(true),
             inner,
             eos_token_ids,
             special_ids,
@@ -85,7 +88,7 @@ impl Tokenizer {
 
     /// Number of token ids (added tokens included).
     pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        self.vocab_size
     }
 
     /// End-of-sequence token ids.
