@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Soak: steady open-loop load for DURATION seconds against a gateway, a scheduler and two engine
 # processes, killing (`kill -9`) and restarting one engine every RESTART_EVERY seconds. Samples
-# every process's resident memory, and at the end reconciles the request counts of the client,
-# the gateway and the engines.
+# every process's resident memory (each engine's per lifetime), and at the end reconciles the
+# request counts of the client, the gateway, the scheduler and the engines (whose trace logs,
+# appended across restarts, record each request they finished).
 #
 #   scripts/soak.sh [OUT_DIR]
 #
@@ -14,11 +15,13 @@ duration=${DURATION:-1800}
 rate=${RATE:-100}
 restart_every=${RESTART_EVERY:-300}
 mkdir -p "$out"
+rm -f "$out"/trace-*.jsonl
 cargo build --release -q
 bin=target/release/switchyard
 export RUST_LOG=warn
 engine() { # PORT
-    "$bin" engine --host 127.0.0.1 --port "$1" --backend sim >>"$out/engine-$1.log" 2>&1 &
+    "$bin" engine --host 127.0.0.1 --port "$1" --backend sim --trace-log "$out/trace-$1.jsonl" \
+        >>"$out/engine-$1.log" 2>&1 &
     echo $!
 }
 healthy() { for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return; sleep 0.1; done; }
@@ -37,7 +40,12 @@ rss() { awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$1/status" 2>/dev/null || ec
 (
     start=$(date +%s)
     while true; do
-        echo "$(( $(date +%s) - start )) gateway $(rss $gateway) scheduler $(rss $scheduler)"
+        engines=""
+        for port in 19610 19611; do
+            pid=$(pgrep -f -- "--port $port --backend sim" | head -1)
+            engines="$engines engine-$port ${pid:-none} $(rss "${pid:-0}")"
+        done
+        echo "$(( $(date +%s) - start )) gateway $(rss $gateway) scheduler $(rss $scheduler)$engines"
         sleep 10
     done
 ) >"$out/rss.txt" &
@@ -64,6 +72,8 @@ echo "gateway request_total by status:"
 curl -s http://127.0.0.1:19600/metrics | grep '^request_total{'
 echo "gateway requests: $(sum 19600 'request_total{'), retries: $(sum 19600 'request_retry_total{'), resumed: $(sum 19600 'request_stream_continuation_total{')"
 echo "scheduler decisions: $(sum 19601 'scheduler_scheduling_total')"
+sleep 1
+echo "engines finished (trace logs' INFERENCE_END): $(cat "$out"/trace-*.jsonl | grep -c '"INFERENCE_END"')"
 cat "$out/restarts.txt"
 echo "resident memory (s, MiB):"
 awk 'NR == 1 || NR % 30 == 0' "$out/rss.txt"

@@ -3,12 +3,12 @@
 //! second. Every process runs in release on this machine; the targets take turns in rounds so
 //! drift on a shared machine hits them alike.
 //!
-//! `cargo bench -p switchyard-tests --bench gateway_overhead` (needs `nginx` on the PATH)
+//! `cargo bench -p switchyard-tests --bench gateway_overhead` (needs `nginx` and `wrk` on the PATH)
 
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use switchyard_tests::{free_ports, until_completing, wait_healthy, Process};
 
 const MODEL: &str = "qwen3-0.6b";
@@ -121,37 +121,42 @@ async fn latencies(
         .collect()
 }
 
-/// Requests per second with `clients` keep-alive clients for `seconds`.
-async fn throughput(base: &str, body: &Value, clients: usize, seconds: f64) -> f64 {
-    let client = reqwest::Client::new();
-    let until = Instant::now() + Duration::from_secs_f64(seconds);
-    let workers: Vec<_> = (0..clients)
-        .map(|_| {
-            let (client, base, body) = (client.clone(), base.to_string(), body.clone());
-            tokio::spawn(async move {
-                let mut done = 0u64;
-                while Instant::now() < until {
-                    let r = client
-                        .post(format!("{base}/v1/completions"))
-                        .json(&body)
-                        .send()
-                        .await;
-                    if let Ok(r) = r {
-                        if r.status() == 200 && r.bytes().await.is_ok() {
-                            done += 1;
-                        }
-                    }
-                }
-                done
-            })
-        })
-        .collect();
-    let started = Instant::now();
-    let mut total = 0;
-    for w in workers {
-        total += w.await.unwrap();
-    }
-    total as f64 / started.elapsed().as_secs_f64()
+/// Requests per second that `wrk` (one thread, `connections` keep-alive connections) gets
+/// through `base` in `seconds`: a load generator lighter than this process's own client, so
+/// that the 2 cores go to the target.
+fn throughput(base: &str, body: &Value, connections: usize, seconds: u32) -> f64 {
+    let dir = std::env::temp_dir().join(format!("switchyard-wrk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("post.lua");
+    let lua_body = body.to_string().replace('\\', "\\\\").replace('\'', "\\'");
+    std::fs::write(
+        &script,
+        format!(
+            "wrk.method = \"POST\"\nwrk.body = '{lua_body}'\nwrk.headers[\"Content-Type\"] = \"application/json\"\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new("wrk")
+        .args([
+            "-t1",
+            &format!("-c{connections}"),
+            &format!("-d{seconds}s"),
+            "-s",
+            script.to_str().unwrap(),
+            &format!("{base}/v1/completions"),
+        ])
+        .output()
+        .expect("wrk runs (apt install wrk)");
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains("Non-2xx") && !text.contains("Socket errors"),
+        "every request through {base} succeeded:\n{text}"
+    );
+    text.lines()
+        .find_map(|l| l.strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("wrk reported a rate:\n{text}"))
 }
 
 /// Stream chunks relayed and CPU seconds `pid` spent relaying them.
@@ -254,8 +259,8 @@ async fn measure(setup: &str, engine: &str, gateway: &str, gateway_pid: Option<u
     }
     let short = &cases[0].1;
     for (name, base) in &targets {
-        let rps = throughput(base, short, 128, 5.0).await;
-        println!("- throughput through {name}: {rps:.0} requests/s (128 keep-alive clients, short token-id requests)");
+        let rps = throughput(base, short, 64, 5);
+        println!("- throughput through {name}: {rps:.0} requests/s (wrk, 64 keep-alive connections, short token-id requests)");
     }
 }
 
