@@ -4,9 +4,10 @@ each getting its headers and then mostly nothing (slow simulated engines keep th
 for HOLD seconds; then all are closed and the cluster must drain to zero.
 
 Runs the gateway, the scheduler and two engine processes separately (each stream costs the
-gateway two sockets: the client's and the engine's), and the clients here with asyncio.
+gateway two sockets, the client's and the engine's, or only the client's with --engine-http2),
+and the clients here with asyncio.
 
-    scripts/idle_streams.py [--streams N] [--hold SECONDS]
+    scripts/idle_streams.py [--streams N] [--hold SECONDS] [--engine-http2]
 
 Prints how many streams opened, how many broke before they were closed, the gateway's open
 file descriptors and resident memory while holding them, and whether everything drained.
@@ -117,11 +118,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--streams", type=int, default=10000)
     parser.add_argument("--hold", type=float, default=60)
+    parser.add_argument("--engine-http2", action="store_true",
+                        help="the gateway speaks HTTP/2 to the engines (one socket per engine)")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    if 2 * args.streams + 100 > hard:
-        print(f"note: the gateway needs two sockets per stream; the open-file limit is {hard}")
+    per_stream = 1 if args.engine_http2 else 2
+    if per_stream * args.streams + 100 > hard:
+        print(f"note: the gateway needs {per_stream} socket(s) per stream; "
+              f"the open-file limit is {hard}")
     env = dict(os.environ, RUST_LOG="warn")
     procs = []
     try:
@@ -139,8 +144,9 @@ def main():
         wait_healthy(SCHEDULER)
         gateway = subprocess.Popen(
             [BIN, "gateway", "--host", "127.0.0.1", "--port", str(GATEWAY), "--scheduler",
-             f"http://127.0.0.1:{SCHEDULER}", "--served-model-name", "qwen3-0.6b",
-             ], env=env, stdout=subprocess.DEVNULL)
+             f"http://127.0.0.1:{SCHEDULER}", "--served-model-name", "qwen3-0.6b"]
+            + (["--engine-http2"] if args.engine_http2 else []),
+            env=env, stdout=subprocess.DEVNULL)
         procs.append(gateway)
         wait_healthy(GATEWAY)
         time.sleep(2)

@@ -1,6 +1,7 @@
 //! Per-instance circuit breakers: after `threshold` consecutive failures (connection errors and
-//! 5xx; a 429 is capacity, not failure) an instance is left out for a cooldown; then one request
-//! probes it (half-open), and its outcome closes the breaker or opens it again.
+//! 5xx; a 429 is capacity, not failure) an instance is left out for a cooldown; then it is
+//! offered to the scheduler again (half-open) until a request is sent there, and that probe's
+//! outcome closes the breaker or opens it again.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -21,8 +22,8 @@ pub enum BreakerState {
 struct Breaker {
     failures: u32,
     open_until: Option<Instant>,
-    /// When the current probe was let through (the scheduler may send it elsewhere, so a probe
-    /// that is not heard of within a cooldown gives way to another).
+    /// When the current probe was sent (a probe not heard of within a cooldown, its request
+    /// dropped, gives way to another).
     probe_since: Option<Instant>,
 }
 
@@ -44,24 +45,36 @@ impl Breakers {
         }
     }
 
-    /// Instances to leave out at `now`. An open breaker whose cooldown ended turns half-open and
-    /// lets exactly one request through as its probe.
+    /// Instances to leave out at `now`: open breakers still cooling down, and half-open ones
+    /// whose probe is under way. A half-open instance is offered to the scheduler for as long as
+    /// no request has been sent to it, so the scheduler's choice, not chance, makes the probe.
     pub fn excluded(&self, now: Instant) -> Vec<String> {
+        let breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
+        breakers
+            .iter()
+            .filter(|(_, b)| {
+                let cooling = b.open_until.is_some_and(|until| now < until);
+                let probing = b
+                    .probe_since
+                    .is_some_and(|since| now - since < self.cooldown);
+                cooling || probing
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// A request was sent to `instance` at `now`: if its breaker is half-open, that is the probe.
+    pub fn on_sent(&self, instance: &str, now: Instant) {
         let mut breakers = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out = Vec::new();
-        for (id, b) in breakers.iter_mut() {
-            let Some(until) = b.open_until else { continue };
-            let cooling = now < until;
-            let probe_out = b
+        if let Some(b) = breakers.get_mut(instance) {
+            let half_open = b.open_until.is_some_and(|until| now >= until);
+            let probing = b
                 .probe_since
                 .is_some_and(|since| now - since < self.cooldown);
-            if cooling || probe_out {
-                out.push(id.clone());
-            } else {
+            if half_open && !probing {
                 b.probe_since = Some(now);
             }
         }
-        out
     }
 
     /// A request to `instance` succeeded (or was refused for capacity): the breaker closes.
@@ -113,7 +126,15 @@ mod tests {
         assert_eq!(b.excluded(t0), vec!["a".to_string()]);
         assert_eq!(b.states(t0), vec![("a".to_string(), BreakerState::Open)]);
         let later = t0 + Duration::from_secs(6);
-        assert!(b.excluded(later).is_empty(), "the probe goes through");
+        assert!(
+            b.excluded(later).is_empty(),
+            "offered again once cooled down"
+        );
+        assert!(
+            b.excluded(later).is_empty(),
+            "until a request is sent there"
+        );
+        b.on_sent("a", later);
         assert_eq!(
             b.excluded(later),
             vec!["a".to_string()],
@@ -127,6 +148,7 @@ mod tests {
         );
         let again = later + Duration::from_secs(6);
         assert!(b.excluded(again).is_empty());
+        b.on_sent("a", again);
         let unanswered = again + Duration::from_secs(6);
         assert!(
             b.excluded(unanswered).is_empty(),

@@ -27,6 +27,16 @@ const BREAKER_THRESHOLD: u32 = 5;
 const BREAKER_COOLDOWN: Duration = Duration::from_secs(10);
 /// Mirror copies in flight at once; more are dropped and counted.
 const MIRRORS_IN_FLIGHT: usize = 256;
+/// How much of one answer a switchyard engine may send ahead of the client reading it, over
+/// the shared HTTP/2 connection.
+const ENGINE_STREAM_WINDOW: u32 = 256 * 1024;
+/// The connection's window over all answers: the most HTTP/2 allows, so that answers whose
+/// clients stopped reading never hold back the others on the connection.
+const ENGINE_CONNECTION_WINDOW: u32 = (1 << 31) - 1;
+/// How often an HTTP/2 connection to an engine is pinged.
+const ENGINE_PING_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a pong may take before the connection (and each answer on it) counts as broken.
+const ENGINE_PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How a forwarder behaves.
 #[derive(Debug, Clone)]
@@ -38,11 +48,18 @@ pub struct ForwardSettings {
     /// How long a pool instance's stream may go silent before it counts as broken (and resumes
     /// elsewhere).
     pub stream_idle_timeout: Duration,
+    /// Whether switchyard engines are spoken to over HTTP/2 (every answer from one engine on one
+    /// connection) rather than HTTP/1.1 (a connection per answer in flight).
+    pub engine_http2: bool,
+    /// CA certificates trusted for `https` endpoints besides the public ones.
+    pub extra_roots: Vec<reqwest::Certificate>,
 }
 
 /// Opens answers from the pool (through a scheduler) and from external endpoints.
 pub struct Forwarder {
     client: reqwest::Client,
+    /// The client for switchyard engines: HTTP/2 when the settings ask for it.
+    engine_client: reqwest::Client,
     scheduler: SchedulerClient,
     gateway_id: String,
     settings: ForwardSettings,
@@ -123,21 +140,38 @@ impl Forwarder {
         gateway_id: String,
         settings: ForwardSettings,
         metrics: Arc<GatewayMetrics>,
-    ) -> Self {
-        Forwarder {
-            client: reqwest::Client::builder()
+    ) -> reqwest::Result<Self> {
+        let http1 = || {
+            let builder = reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(5))
                 .pool_idle_timeout(switchyard_http::CLIENT_IDLE_TIMEOUT)
-                .tcp_nodelay(true)
-                .build()
-                .unwrap_or_default(),
+                .tcp_nodelay(true);
+            settings
+                .extra_roots
+                .iter()
+                .fold(builder, |b, root| b.add_root_certificate(root.clone()))
+        };
+        let engine_client = if settings.engine_http2 {
+            http1()
+                .http2_prior_knowledge()
+                .http2_initial_stream_window_size(ENGINE_STREAM_WINDOW)
+                .http2_initial_connection_window_size(ENGINE_CONNECTION_WINDOW)
+                .http2_keep_alive_interval(ENGINE_PING_INTERVAL)
+                .http2_keep_alive_timeout(ENGINE_PING_TIMEOUT)
+                .http2_keep_alive_while_idle(true)
+        } else {
+            http1()
+        };
+        Ok(Forwarder {
+            client: http1().build()?,
+            engine_client: engine_client.build()?,
             scheduler,
             gateway_id,
             settings,
             metrics,
             breakers: Breakers::new(BREAKER_THRESHOLD, BREAKER_COOLDOWN),
             mirrors: Arc::new(Semaphore::new(MIRRORS_IN_FLIGHT)),
-        }
+        })
     }
 
     /// How long a pool instance's stream may go silent.
@@ -251,13 +285,17 @@ impl Forwarder {
                     return Err(e);
                 }
             };
+            self.breakers.on_sent(&decision.instance_id, Instant::now());
             let release = ReleaseOnDrop {
                 scheduler: self.scheduler.clone(),
                 request_id: ask.request_id.to_string(),
                 gateway_id: self.gateway_id.clone(),
             };
-            let mut send = self
-                .client
+            let client = match decision.kind {
+                EngineKind::Switchyard => &self.engine_client,
+                _ => &self.client,
+            };
+            let mut send = client
                 .post(format!(
                     "{}{}",
                     decision.endpoint,

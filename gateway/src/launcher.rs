@@ -68,6 +68,15 @@ pub struct GatewayFlags {
     /// Most times one broken stream is resumed on another instance.
     #[arg(long, env = "SWITCHYARD_STREAM_RESUMES", default_value_t = 2)]
     pub stream_resumes: u32,
+    /// Speak HTTP/2 to switchyard engines: every answer from one engine shares one connection
+    /// (one socket per engine instead of one per request in flight, for many long streams).
+    /// Other engine kinds always get HTTP/1.1.
+    #[arg(long, env = "SWITCHYARD_ENGINE_HTTP2")]
+    pub engine_http2: bool,
+    /// A PEM file of CA certificates to trust, besides the public ones, for `https` endpoints
+    /// (a private CA in front of an internal endpoint).
+    #[arg(long, env = "SWITCHYARD_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
     /// A JSON route config: models to the pool or external endpoints, weighted splits,
     /// fallback chains and mirrors. Re-read every second; a bad edit keeps the previous one.
     #[arg(long, env = "SWITCHYARD_ROUTE_CONFIG")]
@@ -78,6 +87,22 @@ pub struct GatewayFlags {
     /// The key of the admin endpoints.
     #[command(flatten)]
     pub admin: AdminArgs,
+}
+
+/// The CA certificates of the PEM file at `path`.
+fn extra_roots(path: &Path) -> anyhow::Result<Vec<reqwest::Certificate>> {
+    let pem =
+        std::fs::read(path).with_context(|| format!("cannot read --ca-cert {}", path.display()))?;
+    let roots = reqwest::Certificate::from_pem_bundle(&pem).with_context(|| {
+        format!(
+            "--ca-cert {} is not a PEM certificate bundle",
+            path.display()
+        )
+    })?;
+    if roots.is_empty() {
+        anyhow::bail!("--ca-cert {} holds no certificate", path.display());
+    }
+    Ok(roots)
 }
 
 fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
@@ -116,16 +141,19 @@ impl GatewayFlags {
             retries: self.retries,
             first_byte_timeout: seconds("first-byte-timeout", self.first_byte_timeout)?,
             stream_idle_timeout: seconds("stream-idle-timeout", self.stream_idle_timeout)?,
+            engine_http2: self.engine_http2,
+            extra_roots: match &self.ca_cert {
+                Some(path) => extra_roots(path)?,
+                None => Vec::new(),
+            },
         };
         Ok(Arc::new(Gateway {
             models,
             routes,
-            forwarder: Arc::new(Forwarder::new(
-                scheduler,
-                gateway_id,
-                settings,
-                metrics.clone(),
-            )),
+            forwarder: Arc::new(
+                Forwarder::new(scheduler, gateway_id, settings, metrics.clone())
+                    .context("cannot build the gateway's HTTP clients")?,
+            ),
             metrics,
             admission: Admission::new(self.admission.config()?),
             request_timeout: seconds("request-timeout", self.request_timeout)?,
@@ -175,8 +203,11 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let served = args.served_model()?;
     let gateway_id = format!("gateway-{}-{}", std::process::id(), rand::random::<u32>());
-    let scheduler =
-        SchedulerClient::Remote(RemoteScheduler::start(&args.scheduler, gateway_id.clone()));
+    let scheduler = SchedulerClient::Remote(RemoteScheduler::start(
+        &args.scheduler,
+        gateway_id.clone(),
+        args.gateway.admin.admin_key.clone(),
+    ));
     let gateway = args
         .gateway
         .build(vec![served], scheduler, gateway_id, None)?;

@@ -14,6 +14,7 @@ pub mod launcher;
 pub mod metrics;
 pub mod observe;
 pub mod preprocess;
+pub mod raw_object;
 pub mod relay;
 pub mod routes;
 pub mod scheduler_client;

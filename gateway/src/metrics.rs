@@ -296,9 +296,10 @@ impl GatewayMetrics {
         self.route_reloads.with_label_values(&[result]).inc();
     }
 
-    /// A gap of `ms` between two streamed tokens.
-    pub fn on_token_gap(&self, model: &str, ms: f64) {
-        self.itl.with_label_values(&[model]).observe(ms);
+    /// The histogram of gaps (ms) between streamed tokens of `model`, looked up once per
+    /// answer rather than once per token.
+    pub fn token_gaps(&self, model: &str) -> prometheus::Histogram {
+        self.itl.with_label_values(&[model])
     }
 
     /// An answer with `tokens` generated tokens, the first after `ttft_ms`, the rest over

@@ -83,6 +83,7 @@ impl ChoiceView {
 /// Observes one relayed answer; records its token metrics when dropped.
 pub struct RelayObserver {
     metrics: Arc<GatewayMetrics>,
+    token_gaps: prometheus::Histogram,
     model: String,
     started: Instant,
     first_token: Option<Instant>,
@@ -95,6 +96,7 @@ impl RelayObserver {
     /// Observes the answer for `model` to a request that arrived at `started`.
     pub fn new(metrics: Arc<GatewayMetrics>, model: String, started: Instant) -> Self {
         RelayObserver {
+            token_gaps: metrics.token_gaps(&model),
             metrics,
             model,
             started,
@@ -113,9 +115,7 @@ impl RelayObserver {
         if chunk.has_text() {
             match self.last_token {
                 None => self.first_token = Some(now),
-                Some(last) => self
-                    .metrics
-                    .on_token_gap(&self.model, (now - last).as_secs_f64() * 1000.0),
+                Some(last) => self.token_gaps.observe((now - last).as_secs_f64() * 1000.0),
             }
             self.last_token = Some(now);
             self.text_events += 1;

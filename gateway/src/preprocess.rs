@@ -1,6 +1,7 @@
 //! From a request body to what the scheduler needs: the model, the prompt's token count and its
 //! chained block hashes, computed with the same tokenizer and template as the engines.
 
+use crate::raw_object::RawObject;
 use std::sync::Arc;
 use switchyard_protocol::hashing::block_hashes;
 use switchyard_protocol::openai::{
@@ -76,21 +77,14 @@ fn encode(model: &ServedModel, text: &str, special: bool) -> Result<Vec<u32>, Ap
 }
 
 /// The body as a JSON object, and the model it names.
-pub fn read_body(
-    body: &[u8],
-) -> Result<(serde_json::Map<String, serde_json::Value>, Option<String>), ApiError> {
-    let map: serde_json::Map<String, serde_json::Value> = parse(body)?;
-    let model = match map.get("model") {
-        None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::String(m)) => Some(m.clone()),
-        Some(_) => {
-            return Err(ApiError::invalid_param(
-                "model",
-                "`model` must be a string.",
-            ))
-        }
+pub fn read_body(body: &[u8]) -> Result<(RawObject, Option<String>), ApiError> {
+    let object: RawObject = parse(body)?;
+    let model = match object.get("model") {
+        None => None,
+        Some(raw) => serde_json::from_str::<Option<String>>(raw.get())
+            .map_err(|_| ApiError::invalid_param("model", "`model` must be a string."))?,
     };
-    Ok((map, model))
+    Ok((object, model))
 }
 
 /// Prepares a request body for `route` to be served by `model` of the pool.

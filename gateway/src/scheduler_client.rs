@@ -1,7 +1,8 @@
 //! How the gateway asks for placements: the scheduler in process (`switchyard serve`), or a
 //! remote one over HTTP (`switchyard gateway --scheduler URL`). While a remote scheduler cannot
 //! be reached, requests go round-robin over the instances it last reported schedulable, and the
-//! scheduler is tried again a second later.
+//! scheduler is tried again a second later. The instance list is an admin endpoint: a gateway
+//! reads it with its own `--admin-key`, the same key as the scheduler's.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,6 +11,7 @@ use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{
     EngineKind, GatewayHeartbeat, ReleaseRequest, ScheduleDecision, ScheduleRequest,
 };
+use switchyard_protocol::secret::Secret;
 use switchyard_scheduler::service::ScheduleApi;
 
 /// How long a remote scheduler may take to answer.
@@ -42,6 +44,7 @@ pub struct RemoteScheduler {
     client: reqwest::Client,
     base: String,
     gateway_id: String,
+    admin_key: Option<Secret>,
     known: Mutex<Vec<KnownInstance>>,
     down_until: Mutex<Option<Instant>>,
     cursor: AtomicU64,
@@ -73,9 +76,13 @@ impl SchedulerClient {
 }
 
 impl RemoteScheduler {
-    /// A client of the scheduler at `base`; starts refreshing its instance list and sending
-    /// heartbeats as `gateway_id` on the current Tokio runtime.
-    pub fn start(base: &str, gateway_id: String) -> Arc<RemoteScheduler> {
+    /// A client of the scheduler at `base`; starts refreshing its instance list (presenting
+    /// `admin_key`, if any) and sending heartbeats as `gateway_id` on the current Tokio runtime.
+    pub fn start(
+        base: &str,
+        gateway_id: String,
+        admin_key: Option<Secret>,
+    ) -> Arc<RemoteScheduler> {
         let (releases, pending) = tokio::sync::mpsc::unbounded_channel();
         let remote = Arc::new(RemoteScheduler {
             client: reqwest::Client::builder()
@@ -84,6 +91,7 @@ impl RemoteScheduler {
                 .unwrap_or_default(),
             base: base.trim_end_matches('/').to_string(),
             gateway_id,
+            admin_key,
             known: Mutex::new(Vec::new()),
             down_until: Mutex::new(None),
             cursor: AtomicU64::new(0),
@@ -116,15 +124,24 @@ impl RemoteScheduler {
             .timeout(SCHEDULE_TIMEOUT)
             .send()
             .await;
-        let Ok(response) = self
+        let mut listing = self
             .client
             .get(format!("{}/v1/instances", self.base))
-            .timeout(SCHEDULE_TIMEOUT)
-            .send()
-            .await
-        else {
+            .timeout(SCHEDULE_TIMEOUT);
+        if let Some(key) = &self.admin_key {
+            listing = listing.bearer_auth(key.expose());
+        }
+        let Ok(response) = listing.send().await else {
             return;
         };
+        if !response.status().is_success() {
+            tracing::warn!(
+                "the scheduler {} refused its instance list ({}); give the gateway the scheduler's --admin-key",
+                self.base,
+                response.status()
+            );
+            return;
+        }
         let Ok(list) = response.json::<Vec<serde_json::Value>>().await else {
             return;
         };

@@ -53,19 +53,11 @@ impl SseSplitter {
 
 /// Where the first event ends and how long its blank-line terminator is.
 fn event_end(buf: &[u8]) -> Option<(usize, usize)> {
-    let mut i = 0;
-    while i < buf.len() {
-        if buf[i] == b'\n' {
-            if buf.get(i + 1) == Some(&b'\n') {
-                return Some((i, 2));
-            }
-            if buf.get(i + 1) == Some(&b'\r') && buf.get(i + 2) == Some(&b'\n') {
-                return Some((i, 3));
-            }
-        }
-        i += 1;
-    }
-    None
+    memchr::memchr_iter(b'\n', buf).find_map(|i| match buf.get(i + 1..) {
+        Some([b'\n', ..]) => Some((i, 2)),
+        Some([b'\r', b'\n', ..]) => Some((i, 3)),
+        _ => None,
+    })
 }
 
 fn parse_event(raw: Bytes) -> SseEvent {
@@ -74,10 +66,7 @@ fn parse_event(raw: Bytes) -> SseEvent {
     let mut token_ids = Vec::new();
     let mut start = 0;
     while start <= raw.len() {
-        let end = raw[start..]
-            .iter()
-            .position(|&b| b == b'\n')
-            .map_or(raw.len(), |p| start + p);
+        let end = memchr::memchr(b'\n', &raw[start..]).map_or(raw.len(), |p| start + p);
         let mut line = raw.slice(start..end);
         if line.last() == Some(&b'\r') {
             line.truncate(line.len() - 1);

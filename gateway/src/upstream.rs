@@ -5,15 +5,16 @@
 //! far, asking only for what is left.
 
 use crate::preprocess::Route;
+use crate::raw_object::RawObject;
 use bytes::Bytes;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use switchyard_protocol::schedule::EngineKind;
 
 /// A client's request, ready to be shaped for each upstream.
 #[derive(Debug, Clone)]
 pub struct UpstreamRequest {
     route: Route,
-    body: Map<String, Value>,
+    body: RawObject,
     /// The tokenized prompts (completions: each prompt; chat: the rendered conversation).
     prompt_ids: Option<Vec<Vec<u32>>>,
 }
@@ -27,7 +28,7 @@ pub struct Resume<'a> {
 
 impl UpstreamRequest {
     /// The client's `body` (a JSON object) for `route`, with its tokenized prompts if known.
-    pub fn new(route: Route, body: Map<String, Value>, prompt_ids: Option<Vec<Vec<u32>>>) -> Self {
+    pub fn new(route: Route, body: RawObject, prompt_ids: Option<Vec<Vec<u32>>>) -> Self {
         UpstreamRequest {
             route,
             body,
@@ -43,14 +44,14 @@ impl UpstreamRequest {
     /// Whether a broken stream of this request can be resumed: one prompt, one choice, no echo.
     pub fn resumable(&self) -> bool {
         let one_prompt = self.prompt_ids.as_ref().is_some_and(|p| p.len() == 1);
-        let n = self.body.get("n").and_then(Value::as_i64).unwrap_or(1);
-        let echo = self.body.get("echo").and_then(Value::as_bool) == Some(true);
+        let n = self.body.get_as::<i64>("n").unwrap_or(1);
+        let echo = self.body.get_as::<bool>("echo") == Some(true);
         one_prompt && n == 1 && !echo
     }
 
     /// How many choices the answer has: `n` for each prompt.
     pub fn choices(&self) -> usize {
-        let n = self.body.get("n").and_then(Value::as_u64).unwrap_or(1) as usize;
+        let n = self.body.get_as::<u64>("n").unwrap_or(1) as usize;
         n * self.prompt_ids.as_ref().map_or(1, Vec::len).max(1)
     }
 
@@ -64,81 +65,77 @@ impl UpstreamRequest {
 
     /// Whether the client asked for usage at the end of its stream.
     pub fn wants_stream_usage(&self) -> bool {
-        self.body
-            .get("stream_options")
-            .and_then(|o| o.get("include_usage"))
+        self.stream_options()
+            .get("include_usage")
             .and_then(Value::as_bool)
             == Some(true)
     }
 
     /// Whether the client asked for a stream.
     pub fn streams(&self) -> bool {
-        self.body.get("stream").and_then(Value::as_bool) == Some(true)
+        self.body.get_as::<bool>("stream") == Some(true)
     }
 
     /// The body for an instance of the pool serving `model`, of engine `kind`.
     pub fn for_pool(&self, model: &str, kind: EngineKind, resume: Option<Resume>) -> Bytes {
         let mut body = self.streamed();
-        body.insert("model".into(), model.into());
-        let ids = match (&self.prompt_ids, resume) {
-            (Some(prompts), Some(resume)) if prompts.len() == 1 => {
-                let mut ids = prompts[0].clone();
-                ids.extend_from_slice(resume.generated);
-                Some(json!(ids))
-            }
-            (Some(prompts), _) if prompts.len() == 1 => Some(json!(prompts[0])),
-            (Some(prompts), _) => Some(json!(prompts)),
-            (None, _) => None,
+        body.set("model", &model);
+        let key = match (self.route, kind) {
+            (Route::Completions, EngineKind::Switchyard | EngineKind::Vllm) => Some("prompt"),
+            (Route::Chat, EngineKind::Switchyard) => Some("prompt_token_ids"),
+            _ => None,
         };
-        match (self.route, kind, ids) {
-            (Route::Completions, EngineKind::Switchyard | EngineKind::Vllm, Some(ids)) => {
-                body.insert("prompt".into(), ids);
+        match (key, self.prompt_ids.as_deref(), resume) {
+            (Some(key), Some([one]), Some(resume)) => {
+                body.set(key, &[&one[..], resume.generated].concat());
             }
-            (Route::Chat, EngineKind::Switchyard, Some(ids)) => {
-                body.insert("prompt_token_ids".into(), ids);
-            }
+            (Some(key), Some([one]), None) => body.set(key, one),
+            (Some(key), Some(prompts), _) => body.set(key, &prompts),
             _ => {}
         }
         if let Some(resume) = resume {
             let done = resume.generated.len() as i64;
             let limit = match self.route {
-                Route::Completions => body.get("max_tokens").and_then(Value::as_i64).or(Some(16)),
+                Route::Completions => body.get_as::<i64>("max_tokens").or(Some(16)),
                 Route::Chat => body
                     .remove("max_completion_tokens")
-                    .and_then(|v| v.as_i64())
-                    .or_else(|| body.get("max_tokens").and_then(Value::as_i64)),
+                    .and_then(|v| serde_json::from_str::<i64>(v.get()).ok())
+                    .or_else(|| body.get_as::<i64>("max_tokens")),
             };
             if let Some(limit) = limit {
-                body.insert("max_tokens".into(), (limit - done).max(0).into());
+                body.set("max_tokens", &(limit - done).max(0));
             }
-            if let Some(min) = body.get("min_tokens").and_then(Value::as_i64) {
-                body.insert("min_tokens".into(), (min - done).max(0).into());
+            if let Some(min) = body.get_as::<i64>("min_tokens") {
+                body.set("min_tokens", &(min - done).max(0));
             }
             body.remove("echo");
         }
-        Bytes::from(Value::Object(body).to_string())
+        body.to_bytes()
     }
 
     /// The body for an external endpoint, naming `model` there if given.
     pub fn for_endpoint(&self, model: Option<&str>) -> Bytes {
         let mut body = self.streamed();
         if let Some(model) = model {
-            body.insert("model".into(), model.into());
+            body.set("model", &model);
         }
-        Bytes::from(Value::Object(body).to_string())
+        body.to_bytes()
+    }
+
+    /// The client's `stream_options`, if it sent an object.
+    fn stream_options(&self) -> Map<String, Value> {
+        self.body
+            .get_as::<Map<String, Value>>("stream_options")
+            .unwrap_or_default()
     }
 
     /// The client's body, streamed with usage at the end.
-    fn streamed(&self) -> Map<String, Value> {
+    fn streamed(&self) -> RawObject {
         let mut body = self.body.clone();
-        body.insert("stream".into(), true.into());
-        let mut options = body
-            .get("stream_options")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
+        body.set("stream", &true);
+        let mut options = self.stream_options();
         options.insert("include_usage".into(), true.into());
-        body.insert("stream_options".into(), Value::Object(options));
+        body.set("stream_options", &options);
         body
     }
 }
@@ -146,9 +143,14 @@ impl UpstreamRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn request(route: Route, body: Value, ids: Option<Vec<Vec<u32>>>) -> UpstreamRequest {
-        UpstreamRequest::new(route, body.as_object().unwrap().clone(), ids)
+        UpstreamRequest::new(
+            route,
+            RawObject::parse(body.to_string().as_bytes()).unwrap(),
+            ids,
+        )
     }
 
     fn parse(b: Bytes) -> Value {

@@ -1,7 +1,8 @@
 //! The gateway in process over fake upstreams that stand for engines and external endpoints
 //! misbehaving on demand (a 429, a 503, a dropped connection before or after the first byte, no
 //! answer at all), next to ones that answer: retries, breakers, deadlines, broken streams, the
-//! route config's fallback chain, splits, mirror and reload.
+//! route config's fallback chain, splits, mirror and reload, and an `https` endpoint behind a
+//! private CA.
 
 use axum::body::Body;
 use axum::http::HeaderMap;
@@ -75,7 +76,14 @@ async fn fake(behaviour: Behaviour) -> Fake {
         });
         return Fake { url, calls, seen };
     }
-    let (counted, recorded) = (calls.clone(), seen.clone());
+    let app = fake_app(behaviour, calls.clone(), seen.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Fake { url, calls, seen }
+}
+
+/// The routes of a fake upstream that behaves as `behaviour`, counting its calls and recording
+/// what it saw.
+fn fake_app(behaviour: Behaviour, counted: Arc<AtomicUsize>, recorded: Seen) -> Router {
     let handler = move |headers: HeaderMap, body: axum::body::Bytes| {
         let (counted, recorded) = (counted.clone(), recorded.clone());
         async move {
@@ -126,11 +134,61 @@ async fn fake(behaviour: Behaviour) -> Fake {
         }
     };
     use axum::response::IntoResponse;
-    let app = Router::new()
+    Router::new()
         .route("/v1/completions", post(handler.clone()))
-        .route("/v1/chat/completions", post(handler));
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Fake { url, calls, seen }
+        .route("/v1/chat/completions", post(handler))
+}
+
+/// A fake endpoint answering over TLS as `localhost`, with a certificate from a CA of its own:
+/// its `https` URL, its call count, and the CA certificate (PEM).
+async fn fake_tls() -> (String, Arc<AtomicUsize>, String) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "switchyard test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = fake_app(Behaviour::Answer(200), calls.clone(), Seen::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "https://localhost:{}",
+        listener.local_addr().unwrap().port()
+    );
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, app) = (acceptor.clone(), app.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = hyper_util::service::TowerToHyperService::new(app);
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                .await;
+            });
+        }
+    });
+    (url, calls, ca.pem())
 }
 
 fn flags(retries: u32) -> GatewayFlags {
@@ -140,6 +198,8 @@ fn flags(retries: u32) -> GatewayFlags {
         first_byte_timeout: 30.0,
         stream_idle_timeout: 60.0,
         stream_resumes: 2,
+        engine_http2: false,
+        ca_cert: None,
         route_config: None,
         admission: AdmissionArgs {
             api_keys: None,
@@ -602,4 +662,40 @@ async fn a_stream_broken_after_its_last_chunk_ends_normally() {
         (200, &json!("all")),
         "{body}"
     );
+}
+
+#[tokio::test]
+async fn an_https_endpoint_is_reached_when_its_ca_is_trusted() {
+    let (url, calls, ca_pem) = fake_tls().await;
+    let dir = std::env::temp_dir().join(format!("switchyard-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (routes, ca) = (dir.join("routes.json"), dir.join("ca.pem"));
+    write_config(
+        &routes,
+        &json!({"endpoints": {"secure": {"base_url": url}},
+            "routes": [{"model": "m", "targets": [{"endpoint": "secure"}]}]})
+        .to_string(),
+    );
+    std::fs::write(&ca, ca_pem).unwrap();
+    let untrusting = {
+        let mut f = flags(0);
+        f.route_config = Some(routes.clone());
+        gateway(&[], f).await
+    };
+    let (status, _, body) = call(&untrusting, json!({"model": "m", "prompt": "x"})).await;
+    assert_eq!(
+        status, 502,
+        "a certificate from an unknown CA is refused: {body}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    let trusting = {
+        let mut f = flags(0);
+        f.route_config = Some(routes);
+        f.ca_cert = Some(ca);
+        gateway(&[], f).await
+    };
+    let (status, instance, body) = call(&trusting, json!({"model": "m", "prompt": "x"})).await;
+    assert_eq!((status, instance.as_str()), (200, "secure"), "{body}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let _ = std::fs::remove_dir_all(&dir);
 }

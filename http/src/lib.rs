@@ -23,6 +23,14 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// a request on a connection the server is closing.
 pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Most HTTP/2 streams a client may have open on one connection: a gateway multiplexes every
+/// answer of an engine on one connection, so the engine's own queue limits, not this, should
+/// refuse work.
+pub const MAX_HTTP2_STREAMS: u32 = 1 << 16;
+
+/// How often an idle HTTP/2 connection is pinged, and how long its pong may take.
+const HTTP2_PING: Duration = Duration::from_secs(20);
+
 /// How long to wait before accepting again after `accept` failed.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -40,6 +48,12 @@ pub async fn serve(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_HTTP2_STREAMS)
+        .keep_alive_interval(HTTP2_PING)
+        .keep_alive_timeout(HTTP2_PING);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {

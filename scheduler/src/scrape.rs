@@ -1,14 +1,60 @@
 //! Engine state from a Prometheus `/metrics` page, for engines without a state stream (vLLM,
 //! SGLang, FastDeploy, MindIE). What those metrics tell is filled in: request counts and KV
 //! usage, and, between two scrapes, a decode step sample: the mean inter-token latency over the
-//! interval at the running batch size. Prefill queues stay empty.
+//! interval at the running batch size. Prefill queues stay empty. `# TYPE` lines are optional in
+//! the text format; families without one are read as untyped.
 
 use crate::cms::EngineKind;
 use openmetrics_parser::prometheus::parse_prometheus;
 use openmetrics_parser::{MetricsExposition, PrometheusType, PrometheusValue};
+use std::borrow::Cow;
+use std::collections::HashSet;
 use switchyard_protocol::engine_state::{EngineStatus, StepSample};
 
 type Exposition = MetricsExposition<PrometheusType, PrometheusValue>;
+
+/// Suffixes of the samples of a histogram or summary family after its name.
+const SAMPLE_SUFFIXES: [&str; 3] = ["_bucket", "_sum", "_count"];
+
+/// `text` with a `# TYPE NAME untyped` line before the first sample of each family that has no
+/// `# TYPE` line: the parser starts a family only at a `# TYPE` line, and exporters may leave
+/// them out.
+fn with_type_lines(text: &str) -> Cow<'_, str> {
+    let mut declared: HashSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split_whitespace().next())
+        .collect();
+    let is_declared = |declared: &HashSet<&str>, name: &str| {
+        declared.contains(name)
+            || SAMPLE_SUFFIXES.iter().any(|s| {
+                name.strip_suffix(s)
+                    .is_some_and(|base| declared.contains(base))
+            })
+    };
+    let mut out = String::new();
+    let mut added = false;
+    for line in text.lines() {
+        let sample = !line.starts_with('#') && !line.trim().is_empty();
+        let name = line
+            .split(|c: char| c == '{' || c.is_whitespace())
+            .next()
+            .unwrap_or_default();
+        if sample && !is_declared(&declared, name) {
+            out.push_str("# TYPE ");
+            out.push_str(name);
+            out.push_str(" untyped\n");
+            declared.insert(name);
+            added = true;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    if added {
+        Cow::Owned(out)
+    } else {
+        Cow::Borrowed(text)
+    }
+}
 
 /// The sum of a gauge's (or counter's) samples, if the family exists.
 fn value(exp: &Exposition, name: &str) -> Option<f64> {
@@ -79,7 +125,8 @@ pub fn status_from_metrics(
     block_size: u32,
     memory: &mut ScrapeMemory,
 ) -> Result<EngineStatus, String> {
-    let exp = parse_prometheus(text).map_err(|e| format!("unreadable metrics: {e:?}"))?;
+    let exp = parse_prometheus(&with_type_lines(text))
+        .map_err(|e| format!("unreadable metrics: {e:?}"))?;
     let need = |name: &str| value(&exp, name).ok_or_else(|| format!("{name} is missing"));
     let mut status = EngineStatus {
         block_size,
@@ -173,5 +220,21 @@ mod tests {
             .unwrap_err();
         assert!(err.contains("vllm:"), "{err}");
         assert!(status_from_metrics(EngineKind::MindIe, "not metrics {", 16, &mut memory).is_err());
+    }
+
+    #[test]
+    fn families_without_type_lines_are_read_as_untyped() {
+        let text = "vllm:num_requests_running{model_name=\"m\"} 3\n\
+                    vllm:num_requests_waiting{model_name=\"m\"} 2\n\
+                    # HELP vllm:kv_cache_usage_perc KV usage.\n\
+                    vllm:kv_cache_usage_perc{model_name=\"m\"} 0.25\n\
+                    # TYPE vllm:request_success_total counter\n\
+                    vllm:request_success_total{model_name=\"m\"} 7\n";
+        let status =
+            status_from_metrics(EngineKind::Vllm, text, 16, &mut ScrapeMemory::default()).unwrap();
+        assert_eq!((status.num_running, status.num_waiting), (3, 2));
+        assert_eq!(status.used_kv_tokens, 250_000);
+        let typed = "# TYPE x gauge\nx 1\n";
+        assert!(matches!(with_type_lines(typed), Cow::Borrowed(_)));
     }
 }

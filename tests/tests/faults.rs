@@ -258,10 +258,30 @@ fn summarize(scenario: &str, outcomes: &[Outcome], retried: f64, continued: f64)
 /// Flags of an engine that runs in real time (the simulated GPU's step times).
 const REAL_TIME: &[&str] = &["--sim-time-scale", "1"];
 
+/// The gateway's flags, plus `--engine-http2` when `http2` (every answer of an engine on one
+/// HTTP/2 connection, so a fault hits all of them at once).
+fn with_http2<'a>(flags: &[&'a str], http2: bool) -> Vec<&'a str> {
+    let mut all = flags.to_vec();
+    if http2 {
+        all.push("--engine-http2");
+    }
+    all
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_ends_when_one_engine_of_four_is_killed_under_load() {
+    one_engine_of_four_killed_under_load(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_ends_when_one_engine_of_four_is_killed_under_load_over_http2() {
+    one_engine_of_four_killed_under_load(true).await;
+}
+
+async fn one_engine_of_four_killed_under_load(http2: bool) {
     let _serial = SERIAL.lock().await;
-    let c = Cluster::start(&[REAL_TIME; 4], &[], &["--request-timeout", "60"]).await;
+    let gateway = with_http2(&["--request-timeout", "60"], http2);
+    let c = Cluster::start(&[REAL_TIME; 4], &[], &gateway).await;
     let requests = join_all((0..500).map(|i| c.send(i, i.is_multiple_of(2), 100)));
     let kill = async {
         c.until_running(0, 10.0).await;
@@ -273,7 +293,12 @@ async fn every_request_ends_when_one_engine_of_four_is_killed_under_load() {
     );
     let outcomes = outcomes.expect("every request ends");
     let (retried, continued) = c.retried_and_continued().await;
-    let s = summarize("kill -9 one engine of four", &outcomes, retried, continued);
+    let name = if http2 {
+        "kill -9 one engine of four (HTTP/2 to engines)"
+    } else {
+        "kill -9 one engine of four"
+    };
+    let s = summarize(name, &outcomes, retried, continued);
     assert_eq!(s.sent, 500);
     assert!(s.failed.is_empty(), "{}", describe(&s.failed));
     assert!(s.p99_seconds < 60.0, "within the deadline");
@@ -302,10 +327,17 @@ async fn every_request_ends_when_one_engine_of_four_is_killed_under_load() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_engine_is_routed_around_and_returns_when_it_resumes() {
+    stalled_engine_routed_around(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_engine_is_routed_around_and_returns_when_it_resumes_over_http2() {
+    stalled_engine_routed_around(true).await;
+}
+
+async fn stalled_engine_routed_around(http2: bool) {
     let _serial = SERIAL.lock().await;
-    let c = Cluster::start(
-        &[REAL_TIME; 3],
-        &["--instance-staleness", "2"],
+    let gateway = with_http2(
         &[
             "--request-timeout",
             "60",
@@ -314,8 +346,9 @@ async fn a_stalled_engine_is_routed_around_and_returns_when_it_resumes() {
             "--stream-idle-timeout",
             "3",
         ],
-    )
-    .await;
+        http2,
+    );
+    let c = Cluster::start(&[REAL_TIME; 3], &["--instance-staleness", "2"], &gateway).await;
     let streaming = join_all((0..30).map(|i| c.send(i, true, 400)));
     let stall = async {
         c.until_running(0, 1.0).await;
@@ -333,12 +366,12 @@ async fn a_stalled_engine_is_routed_around_and_returns_when_it_resumes() {
         .chain(later)
         .collect();
     let (retried, continued) = c.retried_and_continued().await;
-    let s = summarize(
-        "an engine of three stalls (SIGSTOP)",
-        &outcomes,
-        retried,
-        continued,
-    );
+    let name = if http2 {
+        "an engine of three stalls (SIGSTOP, HTTP/2 to engines)"
+    } else {
+        "an engine of three stalls (SIGSTOP)"
+    };
+    let s = summarize(name, &outcomes, retried, continued);
     assert!(s.failed.is_empty(), "{}", describe(&s.failed));
     assert!(
         continued >= 1.0,

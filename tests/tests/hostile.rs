@@ -1,7 +1,7 @@
 //! Hostile clients against `switchyard serve`: absurd JSON, parameters and headers get clear
 //! errors at once; slow clients (headers that never end, streams never read) are cut off or
 //! held in bounded memory without slowing anyone else; nothing a client sends adds metric
-//! series; the admin endpoints need the admin key.
+//! series; the admin endpoints need the admin key, which a gateway presents to its scheduler.
 
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -355,4 +355,31 @@ async fn the_admin_endpoints_need_the_admin_key() {
         .await
         .unwrap();
     assert_eq!(health.status(), 200, "health and metrics stay open");
+}
+
+#[tokio::test]
+async fn a_gateway_with_the_admin_key_routes_on_while_its_guarded_scheduler_is_away() {
+    let engine = Process::engine(1, &["--sim-time-scale", "1000"]).await;
+    let mut scheduler =
+        Process::scheduler(&["--instances", &engine.url(0), "--admin-key", "sk-admin"]).await;
+    let gateway = Process::gateway(&[
+        "--scheduler",
+        &scheduler.url(0),
+        "--served-model-name",
+        "qwen3-0.6b",
+        "--admin-key",
+        "sk-admin",
+    ])
+    .await;
+    switchyard_tests::until_completing(&gateway.url(0)).await;
+    // The gateway reads the guarded instance list every 2 s, with its key.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    scheduler.kill();
+    let answer = reqwest::Client::new()
+        .post(format!("{}/v1/completions", gateway.url(0)))
+        .json(&json!({"model": "qwen3-0.6b", "prompt": "still there?", "max_tokens": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200, "{:?}", answer.text().await);
 }
