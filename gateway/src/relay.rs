@@ -68,6 +68,11 @@ pub struct Session {
     finished: usize,
     /// Whether the current upstream has sent a chunk (it is past its prefill).
     upstream_started: bool,
+    /// When the current upstream last sent bytes (or was opened).
+    last_heard: tokio::time::Instant,
+    /// Wakes the session at the stall or deadline check; re-armed only when it fires early or
+    /// must fire earlier, not on every chunk, so relaying a chunk touches no timer.
+    alarm: std::pin::Pin<Box<tokio::time::Sleep>>,
 }
 
 impl Session {
@@ -106,6 +111,8 @@ impl Session {
             held: None,
             finished: 0,
             upstream_started: false,
+            last_heard: tokio::time::Instant::now(),
+            alarm: Box::pin(tokio::time::sleep_until(deadline)),
         }
     }
 
@@ -144,36 +151,59 @@ impl Session {
         None
     }
 
+    /// When the session must next look up: the stall check of a watched upstream, or the
+    /// request's deadline.
+    fn due(&self) -> tokio::time::Instant {
+        if self.watched_for_stalls() {
+            let idle = self.forwarder.stream_idle_timeout();
+            self.deadline.min(self.last_heard + idle)
+        } else {
+            self.deadline
+        }
+    }
+
     /// The next step of the answer.
     pub async fn next(&mut self) -> Step {
         loop {
             if let Some(step) = self.ready() {
                 return step;
             }
-            let idle = self.forwarder.stream_idle_timeout();
-            let wait_until = if self.watched_for_stalls() {
-                self.deadline.min(tokio::time::Instant::now() + idle)
-            } else {
-                self.deadline
+            let due = self.due();
+            if due < self.alarm.deadline() {
+                self.alarm.as_mut().reset(due);
+            }
+            let read = tokio::select! {
+                biased;
+                item = self.body.next() => Some(item),
+                () = self.alarm.as_mut() => None,
             };
-            let read = tokio::time::timeout_at(wait_until, self.body.next()).await;
             let broken = match read {
-                Err(_) if wait_until < self.deadline => {
+                None => {
+                    let due = self.due();
+                    if tokio::time::Instant::now() < due {
+                        self.alarm.as_mut().reset(due);
+                        continue;
+                    }
+                    if due >= self.deadline {
+                        return Step::Failed(deadline_error());
+                    }
+                    let idle = self.forwarder.stream_idle_timeout();
                     format!("{} sent nothing for {idle:?}", self.instance)
                 }
-                Err(_) => return Step::Failed(deadline_error()),
-                Ok(Some(Ok(bytes))) => {
+                Some(Some(Ok(bytes))) => {
+                    self.last_heard = tokio::time::Instant::now();
                     self.splitter.push(&bytes);
                     continue;
                 }
                 // Every choice ended: only the usage chunk or `[DONE]` was lost.
-                Ok(_) if self.all_finished() => return Step::Done,
-                Ok(Some(Err(e))) => format!("the stream from {} broke: {e}", self.instance),
-                Ok(None) => format!("{} ended its stream early", self.instance),
+                Some(_) if self.all_finished() => return Step::Done,
+                Some(Some(Err(e))) => format!("the stream from {} broke: {e}", self.instance),
+                Some(None) => format!("{} ended its stream early", self.instance),
             };
             if let Err(e) = self.resume_elsewhere(&broken).await {
                 return Step::Failed(e);
             }
+            self.last_heard = tokio::time::Instant::now();
         }
     }
 

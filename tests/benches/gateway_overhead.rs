@@ -249,8 +249,8 @@ async fn measure(setup: &str, engine: &str, gateway: &str, gateway_pid: Option<u
         );
     }
     if let Some(pid) = gateway_pid {
-        let (chunks, cpu) = stream_cpu(gateway, pid, 16, 2000).await;
-        let (nchunks, ncpu) = stream_cpu(&nginx.url, nginx.child.id(), 16, 2000).await;
+        let (chunks, cpu) = stream_cpu(gateway, pid, 64, 2000).await;
+        let (nchunks, ncpu) = stream_cpu(&nginx.url, nginx.child.id(), 64, 2000).await;
         println!(
             "\nStream relay CPU: gateway {:.2} us per chunk ({chunks} chunks, {cpu:.2} s of CPU); nginx {:.2} us per chunk ({nchunks} chunks, {ncpu:.2} s)\n",
             cpu * 1e6 / chunks as f64,
