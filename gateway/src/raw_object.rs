@@ -9,17 +9,12 @@ use serde::de::{DeserializeOwned, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
-/// A JSON object: member names in their order, each value as its raw JSON text.
+/// A JSON object: member names in their order, each value as its raw JSON text. It
+/// deserializes from any JSON object; a repeated member keeps its last value, as in serde_json.
 #[derive(Debug, Clone, Default)]
 pub struct RawObject(IndexMap<String, Box<RawValue>>);
 
 impl RawObject {
-    /// Parses `bytes` as a JSON object; a repeated member keeps its last value, as serde_json
-    /// does.
-    pub fn parse(bytes: &[u8]) -> serde_json::Result<Self> {
-        serde_json::from_slice(bytes)
-    }
-
     /// The raw value of member `key`.
     pub fn get(&self, key: &str) -> Option<&RawValue> {
         self.0.get(key).map(|v| &**v)
@@ -94,7 +89,7 @@ mod tests {
     #[test]
     fn members_are_read_rewritten_and_printed_in_order() {
         let text = br#"{"model": "a", "prompt": "caf\u00e9 \"x\"", "n": 2, "model": "b", "nested": {"k": [1, 2.5, null]}}"#;
-        let mut object = RawObject::parse(text).unwrap();
+        let mut object = serde_json::from_slice::<RawObject>(text).unwrap();
         assert_eq!(object.get_as::<String>("model").as_deref(), Some("b"));
         assert_eq!(object.get_as::<i64>("n"), Some(2));
         assert_eq!(object.get_as::<bool>("n"), None);
@@ -120,8 +115,13 @@ mod tests {
             b"{\"a\": 1} trailing",
             b"",
         ] {
-            assert!(RawObject::parse(bad).is_err(), "{bad:?}");
+            assert!(serde_json::from_slice::<RawObject>(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(&RawObject::parse(b"{}").unwrap().to_bytes()[..], b"{}");
+        assert_eq!(
+            &serde_json::from_slice::<RawObject>(b"{}")
+                .unwrap()
+                .to_bytes()[..],
+            b"{}"
+        );
     }
 }

@@ -146,11 +146,7 @@ mod tests {
     use serde_json::json;
 
     fn request(route: Route, body: Value, ids: Option<Vec<Vec<u32>>>) -> UpstreamRequest {
-        UpstreamRequest::new(
-            route,
-            RawObject::parse(body.to_string().as_bytes()).unwrap(),
-            ids,
-        )
+        UpstreamRequest::new(route, serde_json::from_value(body).unwrap(), ids)
     }
 
     fn parse(b: Bytes) -> Value {

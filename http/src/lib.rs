@@ -26,7 +26,7 @@ pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most HTTP/2 streams a client may have open on one connection: a gateway multiplexes every
 /// answer of an engine on one connection, so the engine's own queue limits, not this, should
 /// refuse work.
-pub const MAX_HTTP2_STREAMS: u32 = 1 << 16;
+const MAX_HTTP2_STREAMS: u32 = 1 << 16;
 
 /// How often an idle HTTP/2 connection is pinged, and how long its pong may take.
 const HTTP2_PING: Duration = Duration::from_secs(20);
