@@ -7,13 +7,15 @@
 #
 #   scripts/soak.sh [OUT_DIR]
 #
-# Settings (environment): DURATION (1800), RATE (100 req/s), RESTART_EVERY (300), BIN.
+# Settings (environment): DURATION (1800), RATE (100 req/s), RESTART_EVERY (300), IDLE_AFTER
+# (0 s of sampling without load after the run), BIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-target/soak}
 duration=${DURATION:-1800}
 rate=${RATE:-100}
 restart_every=${RESTART_EVERY:-300}
+idle_after=${IDLE_AFTER:-0}
 mkdir -p "$out"
 rm -f "$out/engine-finished.txt"
 # BIN runs a given build (one copied aside, so that rebuilding meanwhile cannot change it).
@@ -69,7 +71,10 @@ restarter=$!
 requests=$((rate * duration))
 "$bin" bench --url http://127.0.0.1:19600 --workload plain --input-len 256 --output-len 64 \
     --rate "$rate" --num-requests "$requests" --request-timeout 60 --out "$out/bench" 2>/dev/null
-kill $restarter $sampler 2>/dev/null || true
+kill $restarter 2>/dev/null || true
+# IDLE_AFTER seconds without load, still sampled: memory a process keeps once idle.
+sleep "$idle_after"
+kill $sampler 2>/dev/null || true
 echo "gateway request_total by status:"
 curl -s http://127.0.0.1:19600/metrics | grep '^request_total{'
 echo "gateway requests: $(sum 19600 'request_total{'), retries: $(sum 19600 'request_retry_total{'), resumed: $(sum 19600 'request_stream_continuation_total{')"

@@ -4,7 +4,9 @@
 //! exponential backoff with jitter, up to `--retries` times. A plan's fallback chain follows
 //! when its target could not answer. A dispatch is released when its answer is dropped.
 
+use crate::answer::Answer;
 use crate::breaker::{BreakerState, Breakers};
+use crate::http1_client::Http1Client;
 use crate::metrics::GatewayMetrics;
 use crate::preprocess::Prepared;
 use crate::routes::{Endpoint, Plan, Target};
@@ -14,9 +16,11 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_protocol::openai::ApiError;
-use switchyard_protocol::schedule::{EngineKind, ScheduleRequest};
+use switchyard_protocol::schedule::{EngineKind, ScheduleDecision, ScheduleRequest};
 use tokio::sync::Semaphore;
 
+/// How long connecting to an upstream may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// First backoff before a retry.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 /// Longest backoff before a retry.
@@ -58,8 +62,10 @@ pub struct ForwardSettings {
 /// Opens answers from the pool (through a scheduler) and from external endpoints.
 pub struct Forwarder {
     client: reqwest::Client,
-    /// The client for switchyard engines: HTTP/2 when the settings ask for it.
-    engine_client: reqwest::Client,
+    /// The client for switchyard engines over HTTP/2, when the settings ask for it.
+    engine_http2_client: reqwest::Client,
+    /// The client for the pool's other `http://` instances.
+    pool_client: Arc<Http1Client>,
     scheduler: SchedulerClient,
     gateway_id: String,
     settings: ForwardSettings,
@@ -94,7 +100,7 @@ impl Drop for ReleaseOnDrop {
 /// An upstream answer whose headers arrived.
 pub struct Opened {
     /// The answer.
-    pub response: reqwest::Response,
+    pub response: Answer,
     /// The instance id, or the external endpoint's name.
     pub instance: String,
     /// The instance's engine kind (`None` for an external endpoint).
@@ -108,7 +114,7 @@ pub struct Opened {
 impl Opened {
     /// Whether the answer is a stream under way.
     pub fn is_success(&self) -> bool {
-        self.response.status().is_success()
+        self.response.is_success()
     }
 }
 
@@ -143,7 +149,7 @@ impl Forwarder {
     ) -> reqwest::Result<Self> {
         let http1 = || {
             let builder = reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(5))
+                .connect_timeout(CONNECT_TIMEOUT)
                 .pool_idle_timeout(switchyard_http::CLIENT_IDLE_TIMEOUT)
                 .tcp_nodelay(true);
             settings
@@ -151,20 +157,17 @@ impl Forwarder {
                 .iter()
                 .fold(builder, |b, root| b.add_root_certificate(root.clone()))
         };
-        let engine_client = if settings.engine_http2 {
-            http1()
-                .http2_prior_knowledge()
-                .http2_initial_stream_window_size(ENGINE_STREAM_WINDOW)
-                .http2_initial_connection_window_size(ENGINE_CONNECTION_WINDOW)
-                .http2_keep_alive_interval(ENGINE_PING_INTERVAL)
-                .http2_keep_alive_timeout(ENGINE_PING_TIMEOUT)
-                .http2_keep_alive_while_idle(true)
-        } else {
-            http1()
-        };
+        let engine_http2_client = http1()
+            .http2_prior_knowledge()
+            .http2_initial_stream_window_size(ENGINE_STREAM_WINDOW)
+            .http2_initial_connection_window_size(ENGINE_CONNECTION_WINDOW)
+            .http2_keep_alive_interval(ENGINE_PING_INTERVAL)
+            .http2_keep_alive_timeout(ENGINE_PING_TIMEOUT)
+            .http2_keep_alive_while_idle(true);
         Ok(Forwarder {
             client: http1().build()?,
-            engine_client: engine_client.build()?,
+            engine_http2_client: engine_http2_client.build()?,
+            pool_client: Http1Client::new(CONNECT_TIMEOUT, switchyard_http::CLIENT_IDLE_TIMEOUT),
             scheduler,
             gateway_id,
             settings,
@@ -223,7 +226,7 @@ impl Forwarder {
             if i > 0 {
                 let label = match &outcome {
                     Ok(o) if o.is_success() => "success".to_string(),
-                    Ok(o) => o.response.status().as_u16().to_string(),
+                    Ok(o) => o.response.status.as_u16().to_string(),
                     Err(e) => e.status.to_string(),
                 };
                 self.metrics.on_fallback(&plan.label, &label);
@@ -232,11 +235,11 @@ impl Forwarder {
                 }
             }
             let failed = match &outcome {
-                Ok(o) => retryable(o.response.status()),
+                Ok(o) => retryable(o.response.status),
                 Err(e) => e.status >= 500 || e.status == 429,
             };
             after_429 = match &outcome {
-                Ok(o) => o.response.status() == reqwest::StatusCode::TOO_MANY_REQUESTS,
+                Ok(o) => o.response.status == reqwest::StatusCode::TOO_MANY_REQUESTS,
                 Err(e) => e.status == 429,
             };
             if !failed {
@@ -291,30 +294,18 @@ impl Forwarder {
                 request_id: ask.request_id.to_string(),
                 gateway_id: self.gateway_id.clone(),
             };
-            let client = match decision.kind {
-                EngineKind::Switchyard => &self.engine_client,
-                _ => &self.client,
-            };
-            let mut send = client
-                .post(format!(
-                    "{}{}",
-                    decision.endpoint,
-                    ask.upstream.route().path()
-                ))
-                .header("content-type", "application/json")
-                .header("x-request-id", ask.request_id)
-                .body(
-                    ask.upstream
-                        .for_pool(&prepared.model, decision.kind, ask.resume),
-                );
-            if decision.kind == EngineKind::Switchyard {
-                send = send.header(switchyard_protocol::TOKEN_IDS_HEADER, "1");
-            }
-            let sent = tokio::time::timeout(self.settings.first_byte_timeout, send.send()).await;
+            let body = ask
+                .upstream
+                .for_pool(&prepared.model, decision.kind, ask.resume);
+            let sent = tokio::time::timeout(
+                self.settings.first_byte_timeout,
+                self.send_to_instance(&decision, ask.upstream.route().path(), ask.request_id, body),
+            )
+            .await;
             let last_try = attempt >= self.settings.retries;
             let (cause, retry_after) = match sent {
-                Ok(Ok(response)) if !retryable(response.status()) || last_try => {
-                    if response.status().is_server_error() {
+                Ok(Ok(response)) if !retryable(response.status) || last_try => {
+                    if response.status.is_server_error() {
                         self.breakers
                             .on_failure(&decision.instance_id, Instant::now());
                     } else {
@@ -338,16 +329,16 @@ impl Forwarder {
                     });
                 }
                 Ok(Ok(response)) => {
-                    if response.status().is_server_error() {
+                    if response.status.is_server_error() {
                         self.breakers
                             .on_failure(&decision.instance_id, Instant::now());
                     }
                     let retry_after = response
-                        .headers()
+                        .headers
                         .get("retry-after")
                         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
                         .map(Duration::from_secs);
-                    (response.status().as_str().to_string(), retry_after)
+                    (response.status.as_str().to_string(), retry_after)
                 }
                 Ok(Err(e)) if last_try => {
                     self.breakers
@@ -395,6 +386,46 @@ impl Forwarder {
         }
     }
 
+    /// Sends a pool request to the instance `decision` chose: over HTTP/2 to a switchyard
+    /// engine when the settings ask for it, with reqwest to an `https` one, else over the lean
+    /// HTTP/1.1 client.
+    async fn send_to_instance(
+        &self,
+        decision: &ScheduleDecision,
+        path: &str,
+        request_id: &str,
+        body: bytes::Bytes,
+    ) -> std::io::Result<Answer> {
+        let url = format!("{}{}", decision.endpoint, path);
+        let switchyard = decision.kind == EngineKind::Switchyard;
+        let mut headers = vec![
+            ("content-type", "application/json"),
+            ("x-request-id", request_id),
+        ];
+        if switchyard {
+            headers.push((switchyard_protocol::TOKEN_IDS_HEADER, "1"));
+        }
+        if url.starts_with("http://") && !(switchyard && self.settings.engine_http2) {
+            return self.pool_client.post(&url, &headers, &body).await;
+        }
+        let client = if switchyard && self.settings.engine_http2 {
+            &self.engine_http2_client
+        } else {
+            &self.client
+        };
+        let send = headers
+            .into_iter()
+            .fold(client.post(url), |send, (name, value)| {
+                send.header(name, value)
+            });
+        let response = send
+            .body(body)
+            .send()
+            .await
+            .map_err(std::io::Error::other)?;
+        Ok(response.into())
+    }
+
     /// Opens the answer of an external endpoint (no time cap but the request's deadline).
     pub async fn open_external(
         &self,
@@ -413,7 +444,7 @@ impl Forwarder {
                 ))
             })?;
         Ok(Opened {
-            response,
+            response: response.into(),
             instance: endpoint.name.clone(),
             kind: None,
             pool_model: None,

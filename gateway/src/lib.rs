@@ -7,9 +7,12 @@
 //! counts it all; [`server`] wires the routes.
 
 pub mod admission;
+pub mod answer;
 pub mod assemble;
 pub mod breaker;
 pub mod forward;
+pub mod guarded_body;
+pub mod http1_client;
 pub mod launcher;
 pub mod metrics;
 pub mod observe;

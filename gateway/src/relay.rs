@@ -4,6 +4,7 @@
 //! already generated, asking only for what is left; the client sees one stream (exact for
 //! greedy decoding). When nothing can resume it, a stream ends with an error event and `[DONE]`.
 
+use crate::answer::AnswerBody;
 use crate::assemble::Assembler;
 use crate::forward::{Forwarder, Opened, PoolAsk, ReleaseOnDrop};
 use crate::metrics::GatewayMetrics;
@@ -13,7 +14,6 @@ use crate::sse::SseSplitter;
 use crate::upstream::{Resume, UpstreamRequest};
 use axum::body::Body;
 use bytes::{BufMut, Bytes, BytesMut};
-use futures::stream::BoxStream;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -50,7 +50,7 @@ pub struct Session {
     label: String,
     upstream: Arc<UpstreamRequest>,
     deadline: tokio::time::Instant,
-    body: BoxStream<'static, reqwest::Result<Bytes>>,
+    body: AnswerBody,
     splitter: SseSplitter,
     instance: String,
     kind: Option<EngineKind>,
@@ -96,7 +96,7 @@ impl Session {
             label,
             upstream,
             deadline,
-            body: opened.response.bytes_stream().boxed(),
+            body: opened.response.body,
             splitter: SseSplitter::default(),
             instance: opened.instance.clone(),
             kind: opened.kind,
@@ -279,7 +279,7 @@ impl Session {
                 )
             }
             Ok(Ok(o)) if !o.is_success() || o.kind != Some(EngineKind::Switchyard) => {
-                let status = o.response.status();
+                let status = o.response.status;
                 return failed(&self.metrics, &self.label, format!("The answer broke off ({why}) and the instance to resume on answered {status}."));
             }
             Ok(Ok(o)) => o,
@@ -296,7 +296,7 @@ impl Session {
         self.instance = opened.instance.clone();
         self.excluded.push(opened.instance);
         self.kind = opened.kind;
-        self.body = opened.response.bytes_stream().boxed();
+        self.body = opened.response.body;
         self._release = opened.release;
         self.held = self.held_back_text();
         Ok(())

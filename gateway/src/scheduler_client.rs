@@ -4,6 +4,10 @@
 //! scheduler is tried again a second later. The instance list is an admin endpoint: a gateway
 //! reads it with its own `--admin-key`, the same key as the scheduler's.
 
+use crate::answer::Answer;
+use crate::http1_client::Http1Client;
+use axum::http::StatusCode;
+use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,6 +18,8 @@ use switchyard_protocol::schedule::{
 use switchyard_protocol::secret::Secret;
 use switchyard_scheduler::service::ScheduleApi;
 
+/// Largest answer read from `/v1/schedule`.
+const MAX_SCHEDULER_ANSWER: usize = 1 << 20;
 /// How long a remote scheduler may take to answer.
 const SCHEDULE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long to route locally before trying an unreachable scheduler again.
@@ -42,6 +48,8 @@ struct KnownInstance {
 /// A scheduler reached over HTTP.
 pub struct RemoteScheduler {
     client: reqwest::Client,
+    /// The client of `/v1/schedule`, on every request's path, for a plain `http://` scheduler.
+    schedule_client: Arc<Http1Client>,
     base: String,
     gateway_id: String,
     admin_key: Option<Secret>,
@@ -89,6 +97,10 @@ impl RemoteScheduler {
                 .pool_idle_timeout(switchyard_http::CLIENT_IDLE_TIMEOUT)
                 .build()
                 .unwrap_or_default(),
+            schedule_client: Http1Client::new(
+                SCHEDULE_TIMEOUT,
+                switchyard_http::CLIENT_IDLE_TIMEOUT,
+            ),
             base: base.trim_end_matches('/').to_string(),
             gateway_id,
             admin_key,
@@ -165,24 +177,44 @@ impl RemoteScheduler {
         down.is_some_and(|until| Instant::now() < until)
     }
 
+    /// Posts `req` to the scheduler's `/v1/schedule`: its answer's status and body.
+    async fn ask(&self, req: &ScheduleRequest) -> std::io::Result<(StatusCode, Bytes)> {
+        let url = format!("{}/v1/schedule", self.base);
+        let body = serde_json::to_vec(req)?;
+        let exchange = async {
+            let answer: Answer = if url.starts_with("http://") {
+                let json = [("content-type", "application/json")];
+                self.schedule_client.post(&url, &json, &body).await?
+            } else {
+                let sent = self
+                    .client
+                    .post(&url)
+                    .header("content-type", "application/json");
+                let response = sent.body(body.clone()).send().await;
+                response.map_err(std::io::Error::other)?.into()
+            };
+            let status = answer.status;
+            Ok((status, answer.bytes(MAX_SCHEDULER_ANSWER).await?))
+        };
+        tokio::time::timeout(SCHEDULE_TIMEOUT, exchange)
+            .await
+            .map_err(|_| {
+                let late = format!("no answer within {SCHEDULE_TIMEOUT:?}");
+                std::io::Error::new(std::io::ErrorKind::TimedOut, late)
+            })?
+    }
+
     async fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ApiError> {
         if !self.scheduler_down() {
-            let sent = self
-                .client
-                .post(format!("{}/v1/schedule", self.base))
-                .json(req)
-                .timeout(SCHEDULE_TIMEOUT)
-                .send()
-                .await;
-            match sent {
-                Ok(r) if r.status().is_success() => {
-                    if let Ok(decision) = r.json::<ScheduleDecision>().await {
+            match self.ask(req).await {
+                Ok((status, body)) if status.is_success() => {
+                    if let Ok(decision) = serde_json::from_slice::<ScheduleDecision>(&body) {
                         return Ok(decision);
                     }
                 }
-                Ok(r) => {
-                    let status = r.status().as_u16();
-                    let body: serde_json::Value = r.json().await.unwrap_or_default();
+                Ok((status, body)) => {
+                    let status = status.as_u16();
+                    let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
                     let message = body["error"]["message"]
                         .as_str()
                         .unwrap_or("the scheduler refused")

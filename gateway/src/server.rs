@@ -1,7 +1,9 @@
 //! The gateway's routes: the OpenAI API in front of the pool, models and health.
 
 use crate::admission::{Admission, Admitted};
+use crate::answer::Answer;
 use crate::forward::Forwarder;
+use crate::guarded_body::GuardedBody;
 use crate::metrics::GatewayMetrics;
 use crate::observe::RelayObserver;
 use crate::preprocess::{prepare, read_body, Route, ServedModel};
@@ -15,7 +17,6 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures::StreamExt;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -146,11 +147,7 @@ async fn handle(
     if let Some(v) = id.and_then(|id| HeaderValue::from_str(&id).ok()) {
         parts.headers.insert("x-request-id", v);
     }
-    let chunks = body.into_data_stream().map(move |chunk| {
-        let _recorded_when_the_body_ends = &finish;
-        chunk
-    });
-    Response::from_parts(parts, Body::from_stream(chunks))
+    Response::from_parts(parts, Body::new(GuardedBody::new(body, finish)))
 }
 
 fn rejected(metrics: &GatewayMetrics, rejection: crate::admission::Rejection) -> ApiError {
@@ -287,13 +284,11 @@ async fn admit_and_forward(
 }
 
 /// An upstream refusal, relayed as it came.
-fn passed_through(upstream: reqwest::Response, instance: HeaderValue) -> Response {
-    let status =
-        StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let content_type = upstream.headers().get("content-type").cloned();
-    let retry_after = upstream.headers().get("retry-after").cloned();
-    let mut response = Response::new(Body::from_stream(upstream.bytes_stream()));
-    *response.status_mut() = status;
+fn passed_through(upstream: Answer, instance: HeaderValue) -> Response {
+    let content_type = upstream.headers.get("content-type").cloned();
+    let retry_after = upstream.headers.get("retry-after").cloned();
+    let mut response = Response::new(Body::from_stream(upstream.body));
+    *response.status_mut() = upstream.status;
     let headers = response.headers_mut();
     if let Some(v) = content_type {
         headers.insert("content-type", v);

@@ -1,0 +1,57 @@
+//! An upstream's answer as the gateway reads it, whichever client fetched it: status, headers
+//! and a body of byte batches.
+
+use axum::http::{HeaderMap, StatusCode};
+use bytes::{Bytes, BytesMut};
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use std::io;
+
+/// An answer's body: the bytes in the batches they arrived in.
+pub type AnswerBody = BoxStream<'static, io::Result<Bytes>>;
+
+/// An upstream answer whose headers arrived.
+pub struct Answer {
+    /// Its status.
+    pub status: StatusCode,
+    /// Its headers.
+    pub headers: HeaderMap,
+    /// Its body, read as it arrives.
+    pub body: AnswerBody,
+}
+
+impl Answer {
+    /// Whether the status is a success.
+    pub fn is_success(&self) -> bool {
+        self.status.is_success()
+    }
+
+    /// The whole body, if it is at most `limit` bytes.
+    pub async fn bytes(self, limit: usize) -> io::Result<Bytes> {
+        let mut whole = BytesMut::new();
+        let mut body = self.body;
+        while let Some(piece) = body.next().await {
+            whole.extend_from_slice(&piece?);
+            if whole.len() > limit {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("the answer is over {limit} bytes"),
+                ));
+            }
+        }
+        Ok(whole.freeze())
+    }
+}
+
+impl From<reqwest::Response> for Answer {
+    fn from(response: reqwest::Response) -> Self {
+        Answer {
+            status: response.status(),
+            headers: response.headers().clone(),
+            body: response
+                .bytes_stream()
+                .map(|r| r.map_err(io::Error::other))
+                .boxed(),
+        }
+    }
+}

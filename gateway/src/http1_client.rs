@@ -1,0 +1,580 @@
+//! A lean HTTP/1.1 client for the pool's plain `http://` instances, whose answers are long
+//! streams of small events. hyper's client hands a streamed body to its reader one chunk at a
+//! time through a one-slot channel between its connection task and the reader, so a relay over
+//! it wakes twice and writes to its own client once per event. Here the task that reads the
+//! answer drives the connection itself: the request goes out in one write, and each read from
+//! the socket is de-chunked whole, so whatever arrived together is relayed together.
+//!
+//! Idle keep-alive connections are pooled per host for `idle_timeout`. One found closed when it
+//! is taken is dropped; one that fails before any byte of its answer came back is replaced by a
+//! new connection, once. Dropping an answer's body before its end closes its connection, which
+//! the instance sees as a client gone.
+
+use crate::answer::{Answer, AnswerBody};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use bytes::{Buf, Bytes, BytesMut};
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Largest response head read.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Most response headers read.
+const MAX_HEADERS: usize = 64;
+/// Room made in the read buffer before each read.
+const READ_SPACE: usize = 64 * 1024;
+/// Longest chunk-size or trailer line.
+const MAX_LINE: usize = 4096;
+/// How often idle connections of every host are checked for expiry.
+const PURGE_EVERY: Duration = Duration::from_secs(1);
+
+/// Pooled HTTP/1.1 connections and the requests sent over them.
+pub struct Http1Client {
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+    idle: Mutex<IdlePool>,
+}
+
+/// Idle connections by `host:port`, the latest last.
+struct IdlePool {
+    by_host: HashMap<String, Vec<(TcpStream, Instant)>>,
+    purged: Instant,
+}
+
+/// Why an exchange failed, and whether the connection had answered anything.
+enum Failure {
+    /// Nothing came back: a pooled connection may have been closed meanwhile.
+    Silent(io::Error),
+    /// The answer started and then failed, or was not HTTP.
+    Answered(io::Error),
+}
+
+impl Http1Client {
+    /// A client that gives up connecting after `connect_timeout` and keeps idle connections for
+    /// `idle_timeout`.
+    pub fn new(connect_timeout: Duration, idle_timeout: Duration) -> Arc<Self> {
+        Arc::new(Http1Client {
+            connect_timeout,
+            idle_timeout,
+            idle: Mutex::new(IdlePool {
+                by_host: HashMap::new(),
+                purged: Instant::now(),
+            }),
+        })
+    }
+
+    /// Posts `body` to `url` (`http://host:port/path`) with `headers`, and returns the answer
+    /// once its head arrived; its body is read as the caller reads it.
+    pub async fn post(
+        self: &Arc<Self>,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> io::Result<Answer> {
+        let uri: Uri = url.parse().map_err(|e| invalid(format!("{url}: {e}")))?;
+        if uri.scheme_str() != Some("http") {
+            return Err(invalid(format!("{url} is not an http:// URL")));
+        }
+        let Some(authority) = uri.authority() else {
+            return Err(invalid(format!("{url} names no host")));
+        };
+        let host = match authority.port_u16() {
+            Some(_) => authority.as_str().to_string(),
+            None => format!("{}:80", authority.host()),
+        };
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        let request = encode_post(authority.as_str(), path, headers, body)?;
+        let mut pooled = self.take_idle(&host);
+        loop {
+            let reused = pooled.is_some();
+            let stream = match pooled.take() {
+                Some(stream) => stream,
+                None => self.connect(&host).await?,
+            };
+            match exchange(stream, &request).await {
+                Ok((stream, head, rest)) => return Ok(self.answer(host, stream, head, rest)),
+                Err(Failure::Silent(_)) if reused => continue,
+                Err(Failure::Silent(e) | Failure::Answered(e)) => return Err(e),
+            }
+        }
+    }
+
+    async fn connect(&self, host: &str) -> io::Result<TcpStream> {
+        let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(host))
+            .await
+            .map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("connecting to {host} took over {:?}", self.connect_timeout),
+                )
+            })??;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    }
+
+    /// The latest idle connection to `host` that is still open, if any.
+    fn take_idle(&self, host: &str) -> Option<TcpStream> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let connections = idle.by_host.get_mut(host)?;
+        let now = Instant::now();
+        while let Some((stream, since)) = connections.pop() {
+            if now.duration_since(since) < self.idle_timeout && still_open(&stream) {
+                return Some(stream);
+            }
+        }
+        None
+    }
+
+    /// Keeps a connection whose answer was read to its end for the next request to `host`.
+    fn put_idle(&self, host: String, stream: TcpStream) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if now.duration_since(idle.purged) >= PURGE_EVERY {
+            idle.purged = now;
+            let timeout = self.idle_timeout;
+            idle.by_host.retain(|_, connections| {
+                connections.retain(|(_, since)| now.duration_since(*since) < timeout);
+                !connections.is_empty()
+            });
+        }
+        idle.by_host.entry(host).or_default().push((stream, now));
+    }
+
+    fn answer(
+        self: &Arc<Self>,
+        host: String,
+        stream: TcpStream,
+        head: Head,
+        rest: BytesMut,
+    ) -> Answer {
+        let reader = BodyReader {
+            stream: Some(stream),
+            buf: rest,
+            framing: head.framing,
+            reusable: head.keep_alive,
+            client: Arc::downgrade(self),
+            host,
+        };
+        let body: AnswerBody = Box::pin(futures::stream::unfold(reader, |mut reader| async {
+            let next = reader.next().await?;
+            Some((next, reader))
+        }));
+        Answer {
+            status: head.status,
+            headers: head.headers,
+            body,
+        }
+    }
+}
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, message)
+}
+
+fn broken(message: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message.to_string())
+}
+
+/// Whether an idle connection is still open: the peer neither closed it nor sent anything.
+fn still_open(stream: &TcpStream) -> bool {
+    matches!(stream.try_read(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+}
+
+/// The bytes of a POST request.
+fn encode_post(
+    authority: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> io::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(256 + body.len());
+    out.extend_from_slice(b"POST ");
+    out.extend_from_slice(path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+    out.extend_from_slice(authority.as_bytes());
+    out.extend_from_slice(b"\r\ncontent-length: ");
+    out.extend_from_slice(body.len().to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in headers {
+        HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| invalid(format!("{name:?} is not a header name")))?;
+        HeaderValue::from_str(value)
+            .map_err(|_| invalid(format!("{value:?} is not a header value")))?;
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+    Ok(out)
+}
+
+/// A response head: what the answer says and how its body is delimited.
+struct Head {
+    status: StatusCode,
+    headers: HeaderMap,
+    framing: Framing,
+    keep_alive: bool,
+}
+
+/// Sends `request` and reads the answer's head; returns the connection, the head and the body
+/// bytes read along with it.
+async fn exchange(
+    mut stream: TcpStream,
+    request: &[u8],
+) -> Result<(TcpStream, Head, BytesMut), Failure> {
+    stream.write_all(request).await.map_err(Failure::Silent)?;
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    loop {
+        if buf.len() >= MAX_HEAD_BYTES {
+            return Err(Failure::Answered(broken("the answer's head is too large")));
+        }
+        buf.reserve(8 * 1024);
+        match stream.read_buf(&mut buf).await {
+            Ok(0) if buf.is_empty() => {
+                let closed = io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the connection closed before an answer",
+                );
+                return Err(Failure::Silent(closed));
+            }
+            Ok(0) => return Err(Failure::Answered(broken("the answer's head was cut off"))),
+            Ok(_) => {}
+            Err(e) if buf.is_empty() => return Err(Failure::Silent(e)),
+            Err(e) => return Err(Failure::Answered(e)),
+        }
+        while let Some((head, length)) = parse_head(&buf).map_err(Failure::Answered)? {
+            buf.advance(length);
+            // An interim answer (100 Continue) precedes the real one.
+            if !head.status.is_informational() {
+                return Ok((stream, head, buf));
+            }
+        }
+    }
+}
+
+/// The head at the start of `buf` and its length, or `None` while it is incomplete.
+fn parse_head(buf: &[u8]) -> io::Result<Option<(Head, usize)>> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut slots);
+    let length = match response.parse(buf) {
+        Ok(httparse::Status::Complete(length)) => length,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(broken(&format!("the answer is not HTTP/1.1: {e}"))),
+    };
+    let status = response
+        .code
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .ok_or_else(|| broken("the answer has no valid status"))?;
+    let mut headers = HeaderMap::with_capacity(response.headers.len());
+    for h in response.headers.iter() {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(h.name.as_bytes()),
+            HeaderValue::from_bytes(h.value),
+        ) {
+            headers.append(name, value);
+        }
+    }
+    let has = |name: &str, token: &str| {
+        headers.get_all(name).iter().any(|v| {
+            v.to_str()
+                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+        })
+    };
+    let chunked = has("transfer-encoding", "chunked");
+    let closes = has("connection", "close") || response.version != Some(1);
+    let framing = if status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        Framing::Done
+    } else if chunked {
+        Framing::Chunked(ChunkState::Size)
+    } else if let Some(length) = headers.get("content-length") {
+        let length = length
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or_else(|| broken("the answer's content-length is not a number"))?;
+        Framing::Length(length)
+    } else {
+        Framing::UntilClose
+    };
+    let keep_alive = !closes && !matches!(framing, Framing::UntilClose);
+    Ok(Some((
+        Head {
+            status,
+            headers,
+            framing,
+            keep_alive,
+        },
+        length,
+    )))
+}
+
+/// How a body ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// After this many more bytes.
+    Length(u64),
+    /// At the last chunk of `Transfer-Encoding: chunked`.
+    Chunked(ChunkState),
+    /// When the connection closes.
+    UntilClose,
+    /// It has ended.
+    Done,
+}
+
+/// Where a chunked body's decoding stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChunkState {
+    /// At a chunk-size line.
+    Size,
+    /// Inside a chunk, with this many bytes left.
+    Data(u64),
+    /// At the line end after a chunk's data.
+    DataEnd,
+    /// At the trailer lines after the last chunk.
+    Trailer,
+}
+
+/// The end of the first line in `buf` (the index of its `\r\n`); an error if a line grows too
+/// long.
+fn line_end(buf: &[u8]) -> io::Result<Option<usize>> {
+    match memchr::memmem::find(buf, b"\r\n") {
+        Some(end) => Ok(Some(end)),
+        None if buf.len() > MAX_LINE => Err(broken("a chunk line is too long")),
+        None => Ok(None),
+    }
+}
+
+impl Framing {
+    /// Moves the body bytes of `buf` to `out`, as far as they go; what is left in `buf` is an
+    /// unfinished line (or whatever follows the body).
+    fn decode(&mut self, buf: &mut BytesMut, out: &mut BytesMut) -> io::Result<()> {
+        loop {
+            let next = match *self {
+                Framing::Done => return Ok(()),
+                Framing::UntilClose => {
+                    out.extend_from_slice(buf);
+                    buf.clear();
+                    return Ok(());
+                }
+                Framing::Length(left) => {
+                    let take = take_data(buf, out, left);
+                    if take == left {
+                        Framing::Done
+                    } else {
+                        *self = Framing::Length(left - take);
+                        return Ok(());
+                    }
+                }
+                Framing::Chunked(ChunkState::Data(left)) => {
+                    let take = take_data(buf, out, left);
+                    if take == left {
+                        Framing::Chunked(ChunkState::DataEnd)
+                    } else {
+                        *self = Framing::Chunked(ChunkState::Data(left - take));
+                        return Ok(());
+                    }
+                }
+                Framing::Chunked(ChunkState::DataEnd) => {
+                    if buf.len() < 2 {
+                        return Ok(());
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err(broken("a chunk does not end where its size says"));
+                    }
+                    buf.advance(2);
+                    Framing::Chunked(ChunkState::Size)
+                }
+                Framing::Chunked(ChunkState::Size) => {
+                    let Some(end) = line_end(buf)? else {
+                        return Ok(());
+                    };
+                    let line = &buf[..end];
+                    let digits = line.split(|b| *b == b';').next().unwrap_or_default();
+                    let size = std::str::from_utf8(digits)
+                        .ok()
+                        .and_then(|d| u64::from_str_radix(d.trim(), 16).ok())
+                        .ok_or_else(|| broken("a chunk size is not hexadecimal"))?;
+                    buf.advance(end + 2);
+                    Framing::Chunked(if size == 0 {
+                        ChunkState::Trailer
+                    } else {
+                        ChunkState::Data(size)
+                    })
+                }
+                Framing::Chunked(ChunkState::Trailer) => {
+                    let Some(end) = line_end(buf)? else {
+                        return Ok(());
+                    };
+                    buf.advance(end + 2);
+                    if end == 0 {
+                        Framing::Done
+                    } else {
+                        Framing::Chunked(ChunkState::Trailer)
+                    }
+                }
+            };
+            *self = next;
+        }
+    }
+}
+
+/// Moves up to `left` bytes from `buf` to `out`; returns how many.
+fn take_data(buf: &mut BytesMut, out: &mut BytesMut, left: u64) -> u64 {
+    let take = left.min(buf.len() as u64);
+    out.extend_from_slice(&buf[..take as usize]);
+    buf.advance(take as usize);
+    take
+}
+
+/// Reads one answer's body off its connection, and gives the connection back at its end.
+struct BodyReader {
+    stream: Option<TcpStream>,
+    buf: BytesMut,
+    framing: Framing,
+    reusable: bool,
+    client: Weak<Http1Client>,
+    host: String,
+}
+
+impl BodyReader {
+    /// The body bytes of the next read (everything that arrived together), or `None` at the end.
+    async fn next(&mut self) -> Option<io::Result<Bytes>> {
+        loop {
+            let stream = self.stream.as_mut()?;
+            let mut out = BytesMut::new();
+            if let Err(e) = self.framing.decode(&mut self.buf, &mut out) {
+                self.stream = None;
+                return Some(Err(e));
+            }
+            if self.framing == Framing::Done {
+                self.finish();
+                return (!out.is_empty()).then(|| Ok(out.freeze()));
+            }
+            if !out.is_empty() {
+                return Some(Ok(out.freeze()));
+            }
+            self.buf.reserve(READ_SPACE);
+            match stream.read_buf(&mut self.buf).await {
+                Ok(0) if self.framing == Framing::UntilClose => {
+                    self.stream = None;
+                    return None;
+                }
+                Ok(0) => {
+                    self.stream = None;
+                    return Some(Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the connection closed in the middle of the answer",
+                    )));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.stream = None;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+
+    /// The body ended: the connection goes back to the pool if nothing else is on it.
+    fn finish(&mut self) {
+        let Some(stream) = self.stream.take() else {
+            return;
+        };
+        if let (true, true, Some(client)) =
+            (self.reusable, self.buf.is_empty(), self.client.upgrade())
+        {
+            client.put_idle(std::mem::take(&mut self.host), stream);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_in_pieces(wire: &[u8], piece: usize) -> (Vec<u8>, Framing, Vec<u8>) {
+        let mut framing = Framing::Chunked(ChunkState::Size);
+        let mut buf = BytesMut::new();
+        let mut out = BytesMut::new();
+        for p in wire.chunks(piece) {
+            buf.extend_from_slice(p);
+            framing.decode(&mut buf, &mut out).unwrap();
+        }
+        (out.to_vec(), framing, buf.to_vec())
+    }
+
+    #[test]
+    fn chunked_bodies_decode_whole_however_they_are_cut() {
+        let wire = b"5\r\nhello\r\n7;ext=1\r\n, world\r\n1\r\n!\r\n0\r\nx-trailer: 1\r\n\r\nNEXT";
+        for piece in 1..wire.len() {
+            let (out, framing, rest) = decode_in_pieces(wire, piece);
+            assert_eq!(out, b"hello, world!", "pieces of {piece}");
+            assert_eq!(framing, Framing::Done);
+            assert_eq!(rest, b"NEXT");
+        }
+    }
+
+    #[test]
+    fn broken_chunking_is_an_error() {
+        for wire in [&b"zz\r\nab\r\n"[..], b"2\r\nabc\r\n", &[b'1'; MAX_LINE + 2]] {
+            let mut framing = Framing::Chunked(ChunkState::Size);
+            let mut buf = BytesMut::from(wire);
+            assert!(framing.decode(&mut buf, &mut BytesMut::new()).is_err());
+        }
+    }
+
+    #[test]
+    fn length_bodies_stop_at_their_length() {
+        let mut framing = Framing::Length(4);
+        let mut buf = BytesMut::from(&b"abcdefg"[..]);
+        let mut out = BytesMut::new();
+        framing.decode(&mut buf, &mut out).unwrap();
+        assert_eq!(
+            (&out[..], framing, &buf[..]),
+            (&b"abcd"[..], Framing::Done, &b"efg"[..])
+        );
+    }
+
+    #[test]
+    fn heads_say_how_the_body_ends_and_whether_the_connection_stays() {
+        let head = |wire: &str| parse_head(wire.as_bytes()).unwrap().unwrap().0;
+        let chunked = head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+        assert_eq!(chunked.framing, Framing::Chunked(ChunkState::Size));
+        assert!(chunked.keep_alive);
+        let closing = head("HTTP/1.1 429 Too Many\r\ncontent-length: 3\r\nconnection: close\r\nretry-after: 2\r\n\r\n");
+        assert_eq!(closing.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            (closing.framing, closing.keep_alive),
+            (Framing::Length(3), false)
+        );
+        assert_eq!(closing.headers["retry-after"], "2");
+        let until_close = head("HTTP/1.1 200 OK\r\n\r\n");
+        assert_eq!(
+            (until_close.framing, until_close.keep_alive),
+            (Framing::UntilClose, false)
+        );
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-le")
+            .unwrap()
+            .is_none());
+        assert!(parse_head(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn requests_refuse_header_injection() {
+        let ok = encode_post("h:1", "/v1/x", &[("x-request-id", "abc")], b"{}").unwrap();
+        assert_eq!(
+            ok,
+            b"POST /v1/x HTTP/1.1\r\nhost: h:1\r\ncontent-length: 2\r\nx-request-id: abc\r\n\r\n{}"
+        );
+        assert!(encode_post("h:1", "/", &[("x-request-id", "a\r\nx: y")], b"").is_err());
+    }
+}
