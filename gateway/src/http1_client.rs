@@ -24,8 +24,9 @@ use tokio::net::TcpStream;
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// Most response headers read.
 const MAX_HEADERS: usize = 64;
-/// Room made in the read buffer before each read.
-const READ_SPACE: usize = 64 * 1024;
+/// Room made in the read buffer before each read: also what each answer in flight holds, so
+/// small (an SSE event is a few hundred bytes; a read still takes dozens of them at once).
+const READ_SPACE: usize = 8 * 1024;
 /// Longest chunk-size or trailer line.
 const MAX_LINE: usize = 4096;
 /// How often idle connections of every host are checked for expiry.
@@ -228,12 +229,12 @@ async fn exchange(
     request: &[u8],
 ) -> Result<(TcpStream, Head, BytesMut), Failure> {
     stream.write_all(request).await.map_err(Failure::Silent)?;
-    let mut buf = BytesMut::with_capacity(8 * 1024);
+    let mut buf = BytesMut::with_capacity(READ_SPACE);
     loop {
         if buf.len() >= MAX_HEAD_BYTES {
             return Err(Failure::Answered(broken("the answer's head is too large")));
         }
-        buf.reserve(8 * 1024);
+        buf.reserve(READ_SPACE);
         match stream.read_buf(&mut buf).await {
             Ok(0) if buf.is_empty() => {
                 let closed = io::Error::new(
