@@ -49,7 +49,9 @@ rss() { awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$1/status" 2>/dev/null || ec
             pid=$(pgrep -f -- "--port $port --backend sim" | head -1 || true)
             engines="$engines engine-$port ${pid:-none} $(rss "${pid:-0}")"
         done
-        echo "$(( $(date +%s) - start )) gateway $(rss $gateway) scheduler $(rss $scheduler)$engines"
+        # Requests in flight in the gateway and waiting in the engines, beside the memory.
+        load="inflight $(sum 19600 gateway_current_requests) waiting $(sum 19610 'vllm:num_requests_waiting') $(sum 19611 'vllm:num_requests_waiting')"
+        echo "$(( $(date +%s) - start )) gateway $(rss $gateway) scheduler $(rss $scheduler)$engines $load"
         sleep 10
     done
 ) >"$out/rss.txt" &
