@@ -26,7 +26,8 @@ engine() { # PORT
     "$bin" engine --host 127.0.0.1 --port "$1" --backend sim >>"$out/engine-$1.log" 2>&1 &
     echo $!
 }
-sum() { curl -s "http://127.0.0.1:$1/metrics" | awk -v p="$2" 'index($0, p) == 1 {s += $NF} END {print s + 0}'; }
+# A port without a process (an engine between its kill and restart) sums to 0.
+sum() { { curl -s "http://127.0.0.1:$1/metrics" || true; } | awk -v p="$2" 'index($0, p) == 1 {s += $NF} END {print s + 0}'; }
 healthy() { for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return; sleep 0.1; done; }
 engine 19610 >/dev/null; engine 19611 >/dev/null
 healthy 19610; healthy 19611
