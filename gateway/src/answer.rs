@@ -43,6 +43,23 @@ impl Answer {
     }
 }
 
+/// POSTs `body` with `headers` to `url` through `client` (reqwest: for `https`, HTTP/2 and
+/// endpoints outside the pool), once its head arrived.
+pub async fn post_with_reqwest(
+    client: &reqwest::Client,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> io::Result<Answer> {
+    let send = headers
+        .iter()
+        .fold(client.post(url), |send, (name, value)| {
+            send.header(*name, *value)
+        });
+    let response = send.body(body).send().await.map_err(io::Error::other)?;
+    Ok(response.into())
+}
+
 impl From<reqwest::Response> for Answer {
     fn from(response: reqwest::Response) -> Self {
         Answer {

@@ -4,7 +4,7 @@
 //! exponential backoff with jitter, up to `--retries` times. A plan's fallback chain follows
 //! when its target could not answer. A dispatch is released when its answer is dropped.
 
-use crate::answer::Answer;
+use crate::answer::{post_with_reqwest, Answer};
 use crate::breaker::{BreakerState, Breakers};
 use crate::http1_client::Http1Client;
 use crate::metrics::GatewayMetrics;
@@ -398,32 +398,19 @@ impl Forwarder {
     ) -> std::io::Result<Answer> {
         let url = format!("{}{}", decision.endpoint, path);
         let switchyard = decision.kind == EngineKind::Switchyard;
-        let mut headers = vec![
+        let all = [
             ("content-type", "application/json"),
             ("x-request-id", request_id),
+            (switchyard_protocol::TOKEN_IDS_HEADER, "1"),
         ];
-        if switchyard {
-            headers.push((switchyard_protocol::TOKEN_IDS_HEADER, "1"));
-        }
-        if url.starts_with("http://") && !(switchyard && self.settings.engine_http2) {
-            return self.pool_client.post(&url, &headers, &body).await;
-        }
-        let client = if switchyard && self.settings.engine_http2 {
-            &self.engine_http2_client
+        let headers = if switchyard { &all[..] } else { &all[..2] };
+        if switchyard && self.settings.engine_http2 {
+            post_with_reqwest(&self.engine_http2_client, &url, headers, body).await
+        } else if url.starts_with("http://") {
+            self.pool_client.post(&url, headers, &body).await
         } else {
-            &self.client
-        };
-        let send = headers
-            .into_iter()
-            .fold(client.post(url), |send, (name, value)| {
-                send.header(name, value)
-            });
-        let response = send
-            .body(body)
-            .send()
-            .await
-            .map_err(std::io::Error::other)?;
-        Ok(response.into())
+            post_with_reqwest(&self.client, &url, headers, body).await
+        }
     }
 
     /// Opens the answer of an external endpoint (no time cap but the request's deadline).

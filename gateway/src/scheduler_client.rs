@@ -4,7 +4,7 @@
 //! scheduler is tried again a second later. The instance list is an admin endpoint: a gateway
 //! reads it with its own `--admin-key`, the same key as the scheduler's.
 
-use crate::answer::Answer;
+use crate::answer::post_with_reqwest;
 use crate::http1_client::Http1Client;
 use axum::http::StatusCode;
 use bytes::Bytes;
@@ -180,18 +180,13 @@ impl RemoteScheduler {
     /// Posts `req` to the scheduler's `/v1/schedule`: its answer's status and body.
     async fn ask(&self, req: &ScheduleRequest) -> std::io::Result<(StatusCode, Bytes)> {
         let url = format!("{}/v1/schedule", self.base);
-        let body = serde_json::to_vec(req)?;
+        let body = Bytes::from(serde_json::to_vec(req)?);
+        let json = [("content-type", "application/json")];
         let exchange = async {
-            let answer: Answer = if url.starts_with("http://") {
-                let json = [("content-type", "application/json")];
+            let answer = if url.starts_with("http://") {
                 self.schedule_client.post(&url, &json, &body).await?
             } else {
-                let sent = self
-                    .client
-                    .post(&url)
-                    .header("content-type", "application/json");
-                let response = sent.body(body.clone()).send().await;
-                response.map_err(std::io::Error::other)?.into()
+                post_with_reqwest(&self.client, &url, &json, body.clone()).await?
             };
             let status = answer.status;
             Ok((status, answer.bytes(MAX_SCHEDULER_ANSWER).await?))
