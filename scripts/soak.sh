@@ -52,6 +52,8 @@ rss() { awk '/VmRSS/ {print int($2 / 1024)}' "/proc/$1/status" 2>/dev/null || ec
         done
         # Requests in flight in the gateway and waiting in the engines, beside the memory.
         load="inflight $(sum 19600 gateway_current_requests) waiting $(sum 19610 'vllm:num_requests_waiting') $(sum 19611 'vllm:num_requests_waiting')"
+        # The gateway's open sockets and files: connections it keeps.
+        load="$load fds $(ls "/proc/$gateway/fd" 2>/dev/null | wc -l)"
         echo "$(( $(date +%s) - start )) gateway $(rss $gateway) scheduler $(rss $scheduler)$engines $load"
         sleep 10
     done

@@ -5,8 +5,9 @@
 //! answer drives the connection itself: the request goes out in one write, and each read from
 //! the socket is de-chunked whole, so whatever arrived together is relayed together.
 //!
-//! Idle keep-alive connections are pooled per host for `idle_timeout`. One found closed when it
-//! is taken is dropped; one that fails before any byte of its answer came back is replaced by a
+//! Idle keep-alive connections are pooled per host for `idle_timeout` (a task closes older ones
+//! every second, busy or not, so none lingers half-closed). One found closed when it is taken is
+//! dropped; one that fails before any byte of its answer came back is replaced by a
 //! new connection, once. Dropping an answer's body before its end closes its connection, which
 //! the instance sees as a client gone.
 
@@ -39,11 +40,8 @@ pub struct Http1Client {
     idle: Mutex<IdlePool>,
 }
 
-/// Idle connections by `host:port`, the latest last.
-struct IdlePool {
-    by_host: HashMap<String, Vec<(TcpStream, Instant)>>,
-    purged: Instant,
-}
+/// Idle connections by `host:port`, each with the time it went idle, the latest last.
+type IdlePool = HashMap<String, Vec<(TcpStream, Instant)>>;
 
 /// Why an exchange failed, and whether the connection had answered anything.
 enum Failure {
@@ -55,16 +53,28 @@ enum Failure {
 
 impl Http1Client {
     /// A client that gives up connecting after `connect_timeout` and keeps idle connections for
-    /// `idle_timeout`.
+    /// `idle_timeout`; the task closing expired ones runs on the current Tokio runtime for as
+    /// long as the client lives.
     pub fn new(connect_timeout: Duration, idle_timeout: Duration) -> Arc<Self> {
-        Arc::new(Http1Client {
+        let client = Arc::new(Http1Client {
             connect_timeout,
             idle_timeout,
-            idle: Mutex::new(IdlePool {
-                by_host: HashMap::new(),
-                purged: Instant::now(),
-            }),
-        })
+            idle: Mutex::new(HashMap::new()),
+        });
+        tokio::spawn(purge_idle(Arc::downgrade(&client)));
+        client
+    }
+
+    fn idle_pool(&self) -> std::sync::MutexGuard<'_, IdlePool> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Closes the idle connections that have been idle for `idle_timeout` at `now`.
+    fn purge(&self, now: Instant) {
+        self.idle_pool().retain(|_, connections| {
+            connections.retain(|(_, since)| now.duration_since(*since) < self.idle_timeout);
+            !connections.is_empty()
+        });
     }
 
     /// Posts `body` to `url` (`http://host:port/path`) with `headers`, and returns the answer
@@ -118,8 +128,8 @@ impl Http1Client {
 
     /// The latest idle connection to `host` that is still open, if any.
     fn take_idle(&self, host: &str) -> Option<TcpStream> {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        let connections = idle.by_host.get_mut(host)?;
+        let mut idle = self.idle_pool();
+        let connections = idle.get_mut(host)?;
         let now = Instant::now();
         while let Some((stream, since)) = connections.pop() {
             if now.duration_since(since) < self.idle_timeout && still_open(&stream) {
@@ -131,17 +141,10 @@ impl Http1Client {
 
     /// Keeps a connection whose answer was read to its end for the next request to `host`.
     fn put_idle(&self, host: String, stream: TcpStream) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        if now.duration_since(idle.purged) >= PURGE_EVERY {
-            idle.purged = now;
-            let timeout = self.idle_timeout;
-            idle.by_host.retain(|_, connections| {
-                connections.retain(|(_, since)| now.duration_since(*since) < timeout);
-                !connections.is_empty()
-            });
-        }
-        idle.by_host.entry(host).or_default().push((stream, now));
+        self.idle_pool()
+            .entry(host)
+            .or_default()
+            .push((stream, Instant::now()));
     }
 
     fn answer(
@@ -168,6 +171,18 @@ impl Http1Client {
             headers: head.headers,
             body,
         }
+    }
+}
+
+/// Purges `client`'s expired idle connections every [`PURGE_EVERY`] until it is dropped.
+async fn purge_idle(client: Weak<Http1Client>) {
+    let mut ticks = tokio::time::interval(PURGE_EVERY);
+    loop {
+        ticks.tick().await;
+        let Some(client) = client.upgrade() else {
+            return;
+        };
+        client.purge(Instant::now());
     }
 }
 
@@ -231,9 +246,6 @@ async fn exchange(
     stream.write_all(request).await.map_err(Failure::Silent)?;
     let mut buf = BytesMut::with_capacity(READ_SPACE);
     loop {
-        if buf.len() >= MAX_HEAD_BYTES {
-            return Err(Failure::Answered(broken("the answer's head is too large")));
-        }
         buf.reserve(READ_SPACE);
         match stream.read_buf(&mut buf).await {
             Ok(0) if buf.is_empty() => {
@@ -248,14 +260,51 @@ async fn exchange(
             Err(e) if buf.is_empty() => return Err(Failure::Silent(e)),
             Err(e) => return Err(Failure::Answered(e)),
         }
-        while let Some((head, length)) = parse_head(&buf).map_err(Failure::Answered)? {
-            buf.advance(length);
-            // An interim answer (100 Continue) precedes the real one.
-            if !head.status.is_informational() {
-                return Ok((stream, head, buf));
-            }
+        if let Some(head) = take_head(&mut buf).map_err(Failure::Answered)? {
+            return Ok((stream, head, buf));
         }
     }
+}
+
+/// Takes the answer's head off the front of `buf` once it is whole, passing over interim
+/// answers (100 Continue); `None` while it is incomplete. A head longer than
+/// [`MAX_HEAD_BYTES`] is refused however its bytes arrive.
+fn take_head(buf: &mut BytesMut) -> io::Result<Option<Head>> {
+    loop {
+        match parse_head(buf)? {
+            Some((_, length)) if length > MAX_HEAD_BYTES => break,
+            Some((head, length)) => {
+                buf.advance(length);
+                if !head.status.is_informational() {
+                    return Ok(Some(head));
+                }
+            }
+            None if buf.len() >= MAX_HEAD_BYTES => break,
+            None => return Ok(None),
+        }
+    }
+    Err(broken("the answer's head is too large"))
+}
+
+/// Decodes one answer from `reads`, the bytes successive socket reads delivered, the
+/// connection closing after the last: its status and body, or why it is not a whole answer.
+/// The client's own decoding without a socket, for tests and the fuzz target.
+pub fn decode_answer(reads: &[&[u8]]) -> io::Result<(StatusCode, Bytes)> {
+    let mut buf = BytesMut::new();
+    let mut head: Option<Head> = None;
+    let mut body = BytesMut::new();
+    for read in reads {
+        buf.extend_from_slice(read);
+        if head.is_none() {
+            head = take_head(&mut buf)?;
+        }
+        if let Some(head) = &mut head {
+            head.framing.decode(&mut buf, &mut body)?;
+        }
+    }
+    let head = head.ok_or_else(|| broken("the answer's head was cut off"))?;
+    head.framing.at_close()?;
+    Ok((head.status, body.freeze()))
 }
 
 /// The head at the start of `buf` and its length, or `None` while it is incomplete.
@@ -343,17 +392,28 @@ enum ChunkState {
     Trailer,
 }
 
-/// The end of the first line in `buf` (the index of its `\r\n`); an error if a line grows too
-/// long.
+/// The end of the first line in `buf` (the index of its `\r\n`); an error for a line longer
+/// than [`MAX_LINE`], however much of it has arrived.
 fn line_end(buf: &[u8]) -> io::Result<Option<usize>> {
     match memchr::memmem::find(buf, b"\r\n") {
-        Some(end) => Ok(Some(end)),
-        None if buf.len() > MAX_LINE => Err(broken("a chunk line is too long")),
-        None => Ok(None),
+        Some(end) if end <= MAX_LINE => Ok(Some(end)),
+        None if buf.len() <= MAX_LINE + 1 => Ok(None),
+        _ => Err(broken("a chunk line is too long")),
     }
 }
 
 impl Framing {
+    /// Whether the body is whole if the connection closes now: an error if it was cut off.
+    fn at_close(&self) -> io::Result<()> {
+        match self {
+            Framing::UntilClose | Framing::Done => Ok(()),
+            _ => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the connection closed in the middle of the answer",
+            )),
+        }
+    }
+
     /// Moves the body bytes of `buf` to `out`, as far as they go; what is left in `buf` is an
     /// unfinished line (or whatever follows the body).
     fn decode(&mut self, buf: &mut BytesMut, out: &mut BytesMut) -> io::Result<()> {
@@ -464,16 +524,9 @@ impl BodyReader {
             }
             self.buf.reserve(READ_SPACE);
             match stream.read_buf(&mut self.buf).await {
-                Ok(0) if self.framing == Framing::UntilClose => {
-                    self.stream = None;
-                    return None;
-                }
                 Ok(0) => {
                     self.stream = None;
-                    return Some(Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the connection closed in the middle of the answer",
-                    )));
+                    return self.framing.at_close().err().map(Err);
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -501,25 +554,41 @@ impl BodyReader {
 mod tests {
     use super::*;
 
-    fn decode_in_pieces(wire: &[u8], piece: usize) -> (Vec<u8>, Framing, Vec<u8>) {
-        let mut framing = Framing::Chunked(ChunkState::Size);
-        let mut buf = BytesMut::new();
-        let mut out = BytesMut::new();
-        for p in wire.chunks(piece) {
-            buf.extend_from_slice(p);
-            framing.decode(&mut buf, &mut out).unwrap();
+    #[test]
+    fn chunked_bodies_decode_whole_however_they_are_cut() {
+        let wire = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n7;ext=1\r\n, world\r\n1\r\n!\r\n0\r\nx-trailer: 1\r\n\r\n";
+        for piece in 1..wire.len() {
+            let reads: Vec<&[u8]> = wire.chunks(piece).collect();
+            let (status, body) = decode_answer(&reads).unwrap();
+            assert_eq!(
+                (status, &body[..]),
+                (StatusCode::OK, &b"hello, world!"[..]),
+                "pieces of {piece}"
+            );
+            let cut = decode_answer(&reads[..reads.len() - 1]);
+            assert!(
+                cut.is_err(),
+                "an answer cut short is an error, pieces of {piece}"
+            );
         }
-        (out.to_vec(), framing, buf.to_vec())
     }
 
     #[test]
-    fn chunked_bodies_decode_whole_however_they_are_cut() {
-        let wire = b"5\r\nhello\r\n7;ext=1\r\n, world\r\n1\r\n!\r\n0\r\nx-trailer: 1\r\n\r\nNEXT";
-        for piece in 1..wire.len() {
-            let (out, framing, rest) = decode_in_pieces(wire, piece);
-            assert_eq!(out, b"hello, world!", "pieces of {piece}");
-            assert_eq!(framing, Framing::Done);
-            assert_eq!(rest, b"NEXT");
+    fn long_lines_and_heads_are_refused_however_they_arrive() {
+        let long_size = format!("{}1\r\na\r\n0\r\n\r\n", "0".repeat(MAX_LINE));
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nx: {}\r\n\r\n",
+            "a".repeat(MAX_HEAD_BYTES)
+        );
+        let answers = [
+            format!("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n{long_size}"),
+            head,
+        ];
+        for wire in &answers {
+            let wire = wire.as_bytes();
+            assert!(decode_answer(&[wire]).is_err());
+            let reads: Vec<&[u8]> = wire.chunks(100).collect();
+            assert!(decode_answer(&reads).is_err());
         }
     }
 

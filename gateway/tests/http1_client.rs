@@ -1,6 +1,7 @@
 //! The gateway's HTTP/1.1 client against real servers on loopback: streamed answers arrive
 //! whole over one kept-alive connection, a connection the server closed while idle is replaced,
-//! and dropping an answer mid-stream closes its connection so the server sees the client go.
+//! one idle past the idle timeout is closed even when no request follows, and dropping an answer
+//! mid-stream closes its connection so the server sees the client go.
 
 use axum::body::Body;
 use axum::routing::post;
@@ -105,6 +106,31 @@ async fn a_connection_the_server_closed_while_idle_is_replaced() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(accepted.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed_after_the_idle_timeout_without_further_requests() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let (closed, seen_closed) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut request = vec![0u8; 4096];
+        let _ = stream.read(&mut request).await;
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await;
+        // Kept alive: the next thing the client does is close it.
+        let _ = stream.read(&mut request).await;
+        let _ = closed.send(());
+    });
+    let client = Http1Client::new(Duration::from_secs(5), Duration::from_millis(100));
+    let answer = client.post(&url, &[], b"").await.unwrap();
+    assert_eq!(read_all(answer).await, "ok");
+    tokio::time::timeout(Duration::from_secs(5), seen_closed)
+        .await
+        .expect("the idle connection was closed while no request came")
+        .unwrap();
 }
 
 #[tokio::test]
