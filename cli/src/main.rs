@@ -53,7 +53,20 @@ enum Command {
     Scheduler(switchyard_scheduler::launcher::SchedulerArgs),
 }
 
+/// Transparent huge pages off for this process (mimalloc is also built not to ask for them):
+/// with them, the kernel's khugepaged turns every 2 MiB of the allocator's arena that still holds
+/// a few KiB in use into a whole resident huge page, and a long-running gateway's resident memory
+/// rose by half, for minutes at a time, about twenty minutes into a steady soak.
+#[cfg(target_os = "linux")]
+fn disable_transparent_huge_pages() {
+    // SAFETY: PR_SET_THP_DISABLE takes integer arguments only and changes only this process's
+    // memory policy.
+    let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+}
+
 fn main() -> anyhow::Result<()> {
+    #[cfg(target_os = "linux")]
+    disable_transparent_huge_pages();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
