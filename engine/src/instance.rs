@@ -25,6 +25,9 @@ const STATUS_BUFFER: usize = 1024;
 const KV_BUFFER: usize = 4096;
 /// Simulated steps shorter than this run back to back instead of sleeping (timer resolution).
 const MIN_SLEEP: Duration = Duration::from_millis(1);
+/// How late a timer may wake a simulated engine (Tokio's timers tick in milliseconds): a step
+/// begun within this of the previous one's modelled end starts at that end.
+const TIMER_SLACK: Duration = Duration::from_millis(2);
 
 /// What describes an instance to its clients.
 #[derive(Debug, Clone)]
@@ -280,11 +283,14 @@ impl Driver {
     async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
         // The next simulated step may not start before this instant (time already spent).
         let mut busy_until = Instant::now();
+        // Whether the last step ended just now, with no wait for work since.
+        let mut back_to_back = false;
         loop {
             while let Ok(cmd) = commands.try_recv() {
                 self.handle(cmd);
             }
             if !self.core.has_work() {
+                back_to_back = false;
                 self.publish_if_changed();
                 match commands.recv().await {
                     Some(cmd) => self.handle(cmd),
@@ -292,9 +298,19 @@ impl Driver {
                 }
                 continue;
             }
-            let start_instant = Instant::now().max(busy_until);
-            let start = unix_now();
+            // Back to back, a step starts when the previous one was modelled to end, not when
+            // its timer fired: else each step would last the timer's lateness longer than
+            // modelled (about a millisecond on every decode step).
+            let now = Instant::now();
+            let late = now.saturating_duration_since(busy_until);
+            let start_instant = if back_to_back && late <= TIMER_SLACK {
+                busy_until
+            } else {
+                now
+            };
+            let start = unix_now() - now.saturating_duration_since(start_instant).as_secs_f64();
             let Some(plan) = self.core.plan(start) else {
+                back_to_back = false;
                 self.publish_if_changed();
                 match commands.recv().await {
                     Some(cmd) => self.handle(cmd),
@@ -320,6 +336,7 @@ impl Driver {
             };
             let report = self.core.complete(plan, output, end);
             self.deliver(report);
+            back_to_back = true;
         }
     }
 
