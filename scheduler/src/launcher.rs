@@ -3,7 +3,8 @@
 
 use crate::policy::Policy;
 use crate::service::{
-    parse_entry, router, run_discovery, AdminArgs, Discovery, FollowSettings, SchedulerService,
+    first_statuses, parse_entry, router, run_discovery, AdminArgs, Discovery, FollowSettings,
+    SchedulerService,
 };
 use crate::{Scheduler, SchedulerConfig};
 use anyhow::Context;
@@ -70,6 +71,10 @@ pub struct SchedulerArgs {
     /// Tokens per block of the block hashes in schedule requests.
     #[arg(long, env = "SWITCHYARD_BLOCK_SIZE", default_value_t = 16)]
     pub block_size: u32,
+    /// Seconds to wait at start, before listening, for the first status of every instance
+    /// discovery names (an instance that does not answer is not waited for).
+    #[arg(long, env = "SWITCHYARD_STARTUP_WAIT", default_value_t = 5.0)]
+    pub startup_wait: f64,
     /// Seed of the tie-breaking draws.
     #[arg(long, env = "SWITCHYARD_SCHEDULER_SEED", default_value_t = 0)]
     pub seed: u64,
@@ -155,12 +160,15 @@ pub async fn run(
         scrape_interval: Duration::from_millis(args.scrape_interval.max(1)),
         block_size: args.block_size,
     };
+    let client = reqwest::Client::new();
     tokio::spawn(run_discovery(
         service.clone(),
-        reqwest::Client::new(),
-        discovery,
+        client.clone(),
+        discovery.clone(),
         settings,
     ));
+    let startup_wait = Duration::from_secs_f64(args.startup_wait.clamp(0.0, 3600.0));
+    first_statuses(&service, &client, &discovery, startup_wait).await;
     let addr = format!("{}:{}", args.host, args.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await

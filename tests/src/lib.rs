@@ -12,9 +12,14 @@ use std::time::{Duration, Instant};
 pub fn binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let build = escargot::CargoBuild::new()
+        let mut build = escargot::CargoBuild::new()
             .package("switchyard")
             .bin("switchyard");
+        for (name, _) in std::env::vars_os() {
+            if set_by_cargo_for_this_test(&name.to_string_lossy()) {
+                build = build.env_remove(name);
+            }
+        }
         let build = if cfg!(debug_assertions) {
             build
         } else {
@@ -29,6 +34,21 @@ pub fn binary() -> PathBuf {
             .to_path_buf()
     })
     .clone()
+}
+
+/// Whether `name` is a variable cargo sets for the running test crate. Build scripts read some
+/// (ring reads `CARGO_MANIFEST_DIR`): passed on, they would make the binary's build differ from
+/// `cargo build`'s, and each would redo the other's work.
+fn set_by_cargo_for_this_test(name: &str) -> bool {
+    const PREFIXES: [&str; 2] = ["CARGO_PKG_", "CARGO_BIN_"];
+    const NAMES: [&str; 5] = [
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_CRATE_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+    ];
+    NAMES.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 /// A base port with `count` consecutive free ports after it on 127.0.0.1.
@@ -105,6 +125,11 @@ impl Process {
         let process = Self::spawn("scheduler", free_ports(1), args);
         wait_healthy(&process.url(0)).await;
         process
+    }
+
+    /// Starts `switchyard scheduler` with `args` without waiting for it to listen.
+    pub fn scheduler_starting(args: &[&str]) -> Process {
+        Self::spawn("scheduler", free_ports(1), args)
     }
 
     /// Starts `switchyard gateway` with `args` (which name its scheduler), and waits for its

@@ -115,6 +115,63 @@ async fn the_scheduler_follows_real_engines() {
     assert!(metrics.contains("scheduler_scheduling_total"));
 }
 
+/// A stand-in for a third-party vLLM server whose `/metrics` takes 400 ms to answer.
+async fn slow_metrics_vllm() -> String {
+    use axum::routing::get;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let metrics = || async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        "vllm:num_requests_running 0\n\
+         vllm:num_requests_waiting 0\n\
+         vllm:kv_cache_usage_perc 0\n\
+         vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"1000\"} 1\n"
+    };
+    let models = json!({"object": "list", "data": [{"id": "slow-model", "object": "model"}]});
+    let app = axum::Router::new()
+        .route("/metrics", get(metrics))
+        .route("/v1/models", get(move || async move { axum::Json(models) }));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+#[tokio::test]
+async fn the_scheduler_listens_once_its_instances_have_reported_and_not_later() {
+    let slow = slow_metrics_vllm().await;
+    let nobody = format!("http://127.0.0.1:{}", switchyard_tests::free_ports(1));
+    let list = format!("vllm@{slow},{nobody}");
+    let started = std::time::Instant::now();
+    let scheduler = Process::scheduler_starting(&["--instances", &list, "--startup-wait", "60"]);
+    let client = reqwest::Client::new();
+    let body = json!({"request_id": "first", "model": "slow-model", "prompt_tokens": 10});
+    let first = loop {
+        let sent = client
+            .post(format!("{}/v1/schedule", scheduler.url(0)))
+            .json(&body)
+            .send()
+            .await;
+        if let Ok(answer) = sent {
+            break answer;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let status = first.status();
+    let decision: Value = first.json().await.unwrap();
+    assert!(
+        status.is_success(),
+        "the first request is placed: {decision}"
+    );
+    assert_eq!(decision["endpoint"], slow.as_str());
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "an instance that does not answer is not waited for"
+    );
+}
+
 #[tokio::test]
 async fn the_scheduler_scrapes_engines_by_their_metrics_dialect() {
     let engines = Process::engine(

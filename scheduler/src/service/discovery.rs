@@ -107,6 +107,41 @@ pub fn parse_entry(entry: &str) -> anyhow::Result<(EngineKind, String)> {
     Ok((kind, url.trim_end_matches('/').to_string()))
 }
 
+/// Waits, at most `within`, until every instance discovery names now has been heard from: its
+/// first status has arrived, or it did not answer a probe. A scheduler that listened before this
+/// would answer "no instance" to a gateway it could have served (after a restart, say).
+pub async fn first_statuses(
+    service: &SchedulerService,
+    client: &reqwest::Client,
+    discovery: &Discovery,
+    within: Duration,
+) {
+    let entries = discovery.entries().await.unwrap_or_default();
+    let heard_from = |url: String| async move {
+        if probe_model(client, &url).await.is_none() {
+            return;
+        }
+        while !service
+            .instances()
+            .iter()
+            .any(|v| v.meta.id == url && v.schedulable)
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let all = futures::future::join_all(
+        entries
+            .iter()
+            .filter_map(|entry| parse_entry(entry).ok())
+            .map(|(_, url)| heard_from(url)),
+    );
+    if tokio::time::timeout(within, all).await.is_err() {
+        tracing::warn!(
+            "not every instance reported within {within:?}; serving with those that did"
+        );
+    }
+}
+
 /// Keeps the service's instances equal to what discovery finds, following each one.
 pub async fn run_discovery(
     service: Arc<SchedulerService>,

@@ -8,7 +8,9 @@ mod metrics;
 mod sources;
 
 pub use admin::{admin_only, AdminArgs};
-pub use discovery::{kind_name, parse_entry, run_discovery, Discovery, FollowSettings};
+pub use discovery::{
+    first_statuses, kind_name, parse_entry, run_discovery, Discovery, FollowSettings,
+};
 pub use http::router;
 pub use metrics::SchedulerMetrics;
 pub use sources::{probe_model, scrape_instance, watch_switchyard_instance};
