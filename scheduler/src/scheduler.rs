@@ -242,7 +242,12 @@ impl Scheduler {
 
     /// A gateway is alive at `now` (every call it makes counts; idle gateways send heartbeats).
     pub fn gateway_seen(&mut self, gateway: &str, now: f64) {
-        self.gateways_seen.insert(gateway.to_string(), now);
+        match self.gateways_seen.get_mut(gateway) {
+            Some(seen) => *seen = now,
+            None => {
+                self.gateways_seen.insert(gateway.to_string(), now);
+            }
+        }
     }
 
     /// The policy for requests of `model`.
@@ -412,31 +417,36 @@ impl Scheduler {
 
     /// Every instance as `GET /v1/instances` shows it.
     pub fn instances_view(&self, now: f64) -> Vec<InstanceView> {
-        let mut views: Vec<InstanceView> = self
-            .cms
-            .iter()
-            .map(|s| InstanceView {
-                meta: s.meta.clone(),
-                schedulable: s.schedulable(now, self.config.staleness),
-                status_age: s.status.as_ref().map(|_| now - s.status_time),
-                status: s.status.clone(),
-                in_flight: self.lrs.in_flight(&s.meta.id),
-                indexed_blocks: self.index.len_of(s.slot),
-                predictor_samples: self.fits.get(&s.meta.id).map_or(0, |f| f.samples()),
-                metrics: match s.status {
-                    Some(_) => candidate_metrics(
-                        s,
-                        self.lrs.in_flight(&s.meta.id),
-                        0.0,
-                        0.0,
-                        self.fits.get(&s.meta.id),
-                    ),
-                    None => CandidateMetrics::default(),
-                },
-            })
-            .collect();
+        let mut views: Vec<InstanceView> = self.cms.iter().map(|s| self.view(s, now)).collect();
         views.sort_by(|a, b| a.meta.id.cmp(&b.meta.id));
         views
+    }
+
+    /// The state of instance `id`, if it is known.
+    pub fn instance_view(&self, id: &str, now: f64) -> Option<InstanceView> {
+        self.cms.get(id).map(|s| self.view(s, now))
+    }
+
+    fn view(&self, s: &InstanceState, now: f64) -> InstanceView {
+        InstanceView {
+            meta: s.meta.clone(),
+            schedulable: s.schedulable(now, self.config.staleness),
+            status_age: s.status.as_ref().map(|_| now - s.status_time),
+            status: s.status.clone(),
+            in_flight: self.lrs.in_flight(&s.meta.id),
+            indexed_blocks: self.index.len_of(s.slot),
+            predictor_samples: self.fits.get(&s.meta.id).map_or(0, |f| f.samples()),
+            metrics: match s.status {
+                Some(_) => candidate_metrics(
+                    s,
+                    self.lrs.in_flight(&s.meta.id),
+                    0.0,
+                    0.0,
+                    self.fits.get(&s.meta.id),
+                ),
+                None => CandidateMetrics::default(),
+            },
+        }
     }
 
     /// Live dispatches.

@@ -90,17 +90,16 @@ impl SchedulerService {
         self.core().instance(id).is_some()
     }
 
-    /// A status from an instance.
+    /// A status from an instance. Expiry is left to [`SchedulerService::tick`]: scanning every
+    /// dispatch on each of every instance's statuses would hold the lock the gateways wait on.
     pub fn on_status(&self, id: &str, status: EngineStatus) {
         let now = unix_now();
-        let mut core = self.core();
-        core.on_status(id, status, now);
-        core.tick(now);
-        if let Some(view) = core
-            .instances_view(now)
-            .into_iter()
-            .find(|v| v.meta.id == id)
-        {
+        let view = {
+            let mut core = self.core();
+            core.on_status(id, status, now);
+            core.instance_view(id, now)
+        };
+        if let Some(view) = view {
             self.metrics.on_instance(&view);
         }
     }
