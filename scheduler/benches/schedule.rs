@@ -110,7 +110,7 @@ fn decision_latency(policy: Policy) {
 
 fn index_speed_and_memory() {
     let before = resident_bytes();
-    let mut index = PrefixIndex::new(600.0, 1 << 20);
+    let mut index = PrefixIndex::new(1 << 20);
     let instances = 64u32;
     let per_instance = 1_000_000 / instances as u64;
     for slot in 0..instances {

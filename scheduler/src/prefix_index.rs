@@ -1,9 +1,11 @@
 //! Which instance holds which prefix block.
 //!
 //! Exact entries come from an instance's KV events (stored / removed / cleared, numbered so that a
-//! gap is noticed and answered with a resync from a snapshot). Approximate entries, for engines
-//! that publish no events, come from the scheduler's own routing decisions and expire after a TTL,
-//! with a per-instance bound on how many are kept.
+//! gap is noticed and answered with a resync from a snapshot). Approximate entries come from the
+//! scheduler's own routing decisions and expire after a TTL, with a per-instance bound on how many
+//! are kept: for engines that publish no events they are all there is, and for engines that do
+//! they cover the time between a request's placement and the events of its prefill (a stored
+//! block replaces its routed entry).
 //!
 //! A lookup walks the request's chained block hashes in order and returns, for every instance
 //! holding at least the first block, how many leading blocks it holds.
@@ -48,6 +50,8 @@ struct Holder {
     routed: VecDeque<(u64, f64)>,
     /// Latest routing time of each routed block.
     routed_at: FxHashMap<u64, f64>,
+    /// Seconds a routed entry lives.
+    routed_ttl: f64,
     /// Last applied event number.
     last_seq: u64,
 }
@@ -56,23 +60,19 @@ struct Holder {
 ///
 /// Memory is one map entry per distinct block: its hash and up to two holders packed in a `u64`
 /// (blocks held by more instances list them in `spilled`). Routed entries add their time, per
-/// instance, only for engines without KV events. Clearing or resyncing an instance scans the map,
-/// which is rare.
+/// instance. Clearing or resyncing an instance scans the map, which is rare.
 #[derive(Debug, Default)]
 pub struct PrefixIndex {
     holders: Vec<Holder>,
     blocks: FxHashMap<u64, u64>,
     spilled: FxHashMap<u64, Vec<Slot>>,
-    routed_ttl: f64,
     routed_capacity: usize,
 }
 
 impl PrefixIndex {
-    /// An empty index whose routed entries live `routed_ttl` seconds, at most `routed_capacity`
-    /// per instance.
-    pub fn new(routed_ttl: f64, routed_capacity: usize) -> Self {
+    /// An empty index that keeps at most `routed_capacity` routed entries per instance.
+    pub fn new(routed_capacity: usize) -> Self {
         PrefixIndex {
-            routed_ttl,
             routed_capacity,
             ..Default::default()
         }
@@ -231,8 +231,10 @@ impl PrefixIndex {
         holder.exact = 0;
     }
 
-    /// Records that a request with these blocks was routed to `slot` at `now`.
-    pub fn record_route(&mut self, slot: Slot, hashes: &[u64], now: f64) {
+    /// Records that a request with these blocks was routed to `slot` at `now`; the entries live
+    /// `ttl` seconds (one instance's entries share one TTL: the latest given).
+    pub fn record_route(&mut self, slot: Slot, hashes: &[u64], now: f64, ttl: f64) {
+        self.holder(slot).routed_ttl = ttl;
         for &hash in hashes {
             let held_exactly = self
                 .blocks
@@ -253,11 +255,12 @@ impl PrefixIndex {
         }
     }
 
-    /// Drops routed entries older than the TTL.
+    /// Drops routed entries older than their TTL.
     pub fn expire(&mut self, now: f64) {
         for slot in 0..self.holders.len() as Slot {
+            let ttl = self.holders[slot as usize].routed_ttl;
             while let Some(&(hash, at)) = self.holders[slot as usize].routed.front() {
-                if now - at <= self.routed_ttl {
+                if now - at <= ttl {
                     break;
                 }
                 self.holders[slot as usize].routed.pop_front();
@@ -303,7 +306,7 @@ impl PrefixIndex {
     fn live(&self, slot: Slot, hash: u64, now: f64) -> bool {
         match self.holders.get(slot as usize) {
             Some(h) if !h.routed_at.is_empty() => match h.routed_at.get(&hash) {
-                Some(&at) => now - at <= self.routed_ttl,
+                Some(&at) => now - at <= h.routed_ttl,
                 None => true,
             },
             _ => true,
@@ -403,7 +406,7 @@ mod tests {
 
     #[test]
     fn scripted_events_with_a_gap_and_resync() {
-        let mut index = PrefixIndex::new(60.0, 1000);
+        let mut index = PrefixIndex::new(1000);
         index
             .apply(0, &[stored(1, 10), stored(2, 11), stored(3, 12)])
             .unwrap();
@@ -452,7 +455,7 @@ mod tests {
 
     #[test]
     fn blocks_held_by_many_instances_spill_and_come_back() {
-        let mut index = PrefixIndex::new(60.0, 1000);
+        let mut index = PrefixIndex::new(1000);
         for slot in 0..5 {
             index.apply(slot, &[stored(1, 42), stored(2, 43)]).unwrap();
         }
@@ -475,15 +478,15 @@ mod tests {
 
     #[test]
     fn routed_entries_expire_and_are_bounded() {
-        let mut index = PrefixIndex::new(10.0, 3);
-        index.record_route(2, &[1, 2], 0.0);
+        let mut index = PrefixIndex::new(3);
+        index.record_route(2, &[1, 2], 0.0, 10.0);
         let mut out = Vec::new();
         index.lookup(&[1, 2], 5.0, &mut out);
         assert_eq!(out, vec![(2, 2)]);
         index.lookup(&[1, 2], 11.0, &mut out);
         assert!(out.is_empty(), "older than the TTL at lookup time");
-        index.record_route(2, &[1, 2], 12.0);
-        index.record_route(2, &[7, 8], 13.0);
+        index.record_route(2, &[1, 2], 12.0, 10.0);
+        index.record_route(2, &[7, 8], 13.0, 10.0);
         assert_eq!(index.len_of(2), 3, "capacity bound");
         index.lookup(&[1, 2], 13.0, &mut out);
         assert_eq!(out, vec![], "block 1 was pushed out, so the prefix is gone");

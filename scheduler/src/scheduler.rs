@@ -31,8 +31,11 @@ pub struct SchedulerConfig {
     pub tpot_slo: Option<f64>,
     /// With `Predictive` and a TPOT SLO: answer "no capacity" when no instance meets it.
     pub slo_admission: bool,
-    /// Routed prefix entries (engines without KV events) live this many seconds.
+    /// Routed prefix entries of engines without KV events live this many seconds.
     pub routed_ttl: f64,
+    /// Routed prefix entries of engines with KV events live this many seconds: long enough for
+    /// a queued prefill to run and its stored blocks to be reported, which replaces them.
+    pub pending_ttl: f64,
     /// Routed prefix entries kept per instance.
     pub routed_capacity: usize,
     /// A gateway not heard from for this many seconds has its dispatches reclaimed.
@@ -53,6 +56,7 @@ impl Default for SchedulerConfig {
             tpot_slo: None,
             slo_admission: false,
             routed_ttl: 600.0,
+            pending_ttl: 30.0,
             routed_capacity: 1 << 20,
             gateway_timeout: 30.0,
             model_policies: Vec::new(),
@@ -134,7 +138,7 @@ impl Scheduler {
     /// A scheduler with no instances; `seed` fixes its tie-breaking draws.
     pub fn new(config: SchedulerConfig, seed: u64) -> Self {
         Scheduler {
-            index: PrefixIndex::new(config.routed_ttl, config.routed_capacity),
+            index: PrefixIndex::new(config.routed_capacity),
             config,
             cms: Cms::default(),
             lrs: Lrs::default(),
@@ -405,9 +409,14 @@ impl Scheduler {
                 reported: false,
             },
         );
-        if kind != EngineKind::Switchyard {
-            self.index.record_route(slot, &req.block_hashes, now);
-        }
+        // Until the engine reports the blocks it stored, later requests with this prefix are
+        // placed as if it held them; without that, every request of a group that arrives while
+        // the first one waits for its prefill computes the prefix again somewhere else.
+        let ttl = match kind {
+            EngineKind::Switchyard => self.config.pending_ttl,
+            _ => self.config.routed_ttl,
+        };
+        self.index.record_route(slot, &req.block_hashes, now, ttl);
         Ok(Placement {
             decision,
             metrics,

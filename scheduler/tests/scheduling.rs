@@ -153,6 +153,34 @@ fn cache_aware_follows_the_prefix_until_the_queue_outweighs_it() {
 }
 
 #[test]
+fn a_prefix_follows_its_first_request_until_the_engine_reports_it_or_the_wait_ends() {
+    let mut s = cluster(Policy::Predictive, 4);
+    let prompt: Vec<u32> = (0..4000).collect();
+    let first = s.schedule(&request("first", &prompt), 0.5).unwrap();
+    let holder = first.decision.instance_id.clone();
+    assert_eq!(first.decision.cached_tokens, 0);
+    // No KV event yet (the first prefill is still queued): the group's next requests go where
+    // its prefix is being computed, not to an idler instance that would compute it again.
+    for (i, now) in [(1, 0.6), (2, 0.7), (3, 0.8)] {
+        let placed = s
+            .schedule(&request(&format!("next{i}"), &prompt), now)
+            .unwrap();
+        assert_eq!(placed.decision.instance_id, holder);
+        assert_eq!(placed.decision.cached_tokens, 3999);
+        s.release(&format!("next{i}"));
+    }
+    s.release("first");
+    // Never reported within the engine's wait: the entries lapse, and the prefix is nowhere.
+    let later = SchedulerConfig::default().pending_ttl + 1.0;
+    for i in 0..4 {
+        s.on_status(&format!("i{i}"), idle(), later);
+    }
+    s.tick(later);
+    let placed = s.schedule(&request("late", &prompt), later).unwrap();
+    assert_eq!(placed.decision.cached_tokens, 0);
+}
+
+#[test]
 fn predictive_keeps_a_prompt_with_its_prefix_the_more_the_cluster_is_loaded() {
     let mut s = cluster(Policy::Predictive, 3);
     let prompt: Vec<u32> = (0..4000).collect();
@@ -166,15 +194,19 @@ fn predictive_keeps_a_prompt_with_its_prefix_the_more_the_cluster_is_loaded() {
     // much faster that it outweighs the work it adds.
     s.on_status("i2", queue(12_000, 1), 1.0);
     let placed = s.schedule(&request("idle", &prompt), 1.0).unwrap();
-    assert_ne!(placed.decision.instance_id, "i2");
+    let copy = placed.decision.instance_id.clone();
+    assert_ne!(copy, "i2");
     s.release("idle");
-    // Every instance has ten requests waiting: i0 and i1 would still be faster for this request,
-    // but computing the prefix again would delay the many requests that follow.
+    let neither = ["i0", "i1"].into_iter().find(|i| *i != copy).unwrap();
+    // Every instance has ten requests waiting: the instance holding neither i2's prefix nor the
+    // copy on its way would still be faster for this request, but computing the prefix a third
+    // time would delay the many requests that follow.
     s.on_status("i0", queue(4000, 10), 2.0);
     s.on_status("i1", queue(4000, 10), 2.0);
     s.on_status("i2", queue(12_000, 10), 2.0);
     let placed = s.schedule(&request("loaded", &prompt), 2.0).unwrap();
-    assert_eq!(placed.decision.instance_id, "i2");
+    assert_ne!(placed.decision.instance_id, neither);
+    assert!(placed.metrics.cached_tokens > 0.0);
     assert!(placed.metrics.predicted_ttft > 0.0 && placed.metrics.backlog_cost >= 0.0);
 }
 
