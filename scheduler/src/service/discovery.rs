@@ -121,11 +121,7 @@ pub async fn first_statuses(
         if probe_model(client, &url).await.is_none() {
             return;
         }
-        while !service
-            .instances()
-            .iter()
-            .any(|v| v.meta.id == url && v.schedulable)
-        {
+        while !service.is_schedulable(&url) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };

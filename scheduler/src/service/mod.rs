@@ -90,6 +90,14 @@ impl SchedulerService {
         self.core().instance(id).is_some()
     }
 
+    /// Whether instance `id` is known and may take requests now.
+    pub fn is_schedulable(&self, id: &str) -> bool {
+        let core = self.core();
+        let staleness = core.config().staleness;
+        core.instance(id)
+            .is_some_and(|s| s.schedulable(unix_now(), staleness))
+    }
+
     /// A status from an instance. Expiry is left to [`SchedulerService::tick`]: scanning every
     /// dispatch on each of every instance's statuses would hold the lock the gateways wait on.
     pub fn on_status(&self, id: &str, status: EngineStatus) {
