@@ -167,7 +167,9 @@ pub async fn run(
         discovery.clone(),
         settings,
     ));
-    let startup_wait = Duration::from_secs_f64(args.startup_wait.clamp(0.0, 3600.0));
+    // A negative or NaN wait is no wait (`from_secs_f64` would panic on it).
+    let startup_wait =
+        Duration::try_from_secs_f64(args.startup_wait.min(3600.0)).unwrap_or_default();
     first_statuses(&service, &client, &discovery, startup_wait).await;
     let addr = format!("{}:{}", args.host, args.port);
     let listener = tokio::net::TcpListener::bind(&addr)
