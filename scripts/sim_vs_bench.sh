@@ -7,7 +7,8 @@
 #   scripts/sim_vs_bench.sh [OUT_DIR]
 #
 # Settings (environment): ENGINES (4), SIM_MODEL (llama-3.1-8b), POLICY (cache-aware),
-# RATES (4,8,16), WORKLOAD_FLAGS (plain 2k-token prompts, 64 tokens out, 300 requests).
+# RATES (4,8,16), WORKLOAD_FLAGS (plain 2k-token prompts, 64 tokens out, 300 requests),
+# ENGINE_FLAGS (none; given to both, for example "--kv-offloading-size 200").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-target/sim-vs-bench}
@@ -16,6 +17,7 @@ sim_model=${SIM_MODEL:-llama-3.1-8b}
 policy=${POLICY:-cache-aware}
 rates=${RATES:-4,8,16}
 workload=${WORKLOAD_FLAGS:---workload plain --input-len 2048 --output-len 64 --num-requests 300}
+engine_flags=${ENGINE_FLAGS:-}
 mkdir -p "$out"
 cargo build --release -q
 bin=target/release/switchyard
@@ -23,7 +25,7 @@ bin=target/release/switchyard
 port=19700
 engine_port=19710
 "$bin" serve --backend sim --sim-model "$sim_model" --engines "$engines" --policy "$policy" \
-    --port "$port" --engine-port "$engine_port" >"$out/serve.log" 2>&1 &
+    --port "$port" --engine-port "$engine_port" $engine_flags >"$out/serve.log" 2>&1 &
 serve=$!
 trap 'kill $serve 2>/dev/null || true' EXIT
 for _ in $(seq 1 300); do
@@ -35,7 +37,7 @@ engine_urls=$(for i in $(seq 0 $((engines - 1))); do printf "http://127.0.0.1:%d
     --engine-metrics "${engine_urls%,}" --reset-prefix-cache --out "$out/bench" >/dev/null
 kill $serve
 "$bin" sim --instances "$engines" --sim-model "$sim_model" --policy "$policy" $workload \
-    --rate "$rates" --out "$out/sim" >/dev/null
+    $engine_flags --rate "$rates" --out "$out/sim" >/dev/null
 
 python3 - "$out" <<'EOF'
 import json, sys

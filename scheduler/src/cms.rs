@@ -1,8 +1,8 @@
 //! The cluster metadata store: every instance's description and its latest status.
 
 use crate::prefix_index::Slot;
-use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::schedule::InferStage;
 
@@ -45,10 +45,10 @@ impl InstanceState {
     }
 }
 
-/// Every known instance.
+/// Every known instance, in the order of their ids.
 #[derive(Debug, Default)]
 pub struct Cms {
-    instances: FxHashMap<String, InstanceState>,
+    instances: BTreeMap<String, InstanceState>,
     free_slots: Vec<Slot>,
     next_slot: Slot,
 }
@@ -106,7 +106,7 @@ impl Cms {
         self.instances.get(id)
     }
 
-    /// Every instance.
+    /// Every instance, in the order of their ids.
     pub fn iter(&self) -> impl Iterator<Item = &InstanceState> {
         self.instances.values()
     }

@@ -1,17 +1,19 @@
 //! Which instance holds which prefix block.
 //!
 //! Exact entries come from an instance's KV events (stored / removed / cleared, numbered so that a
-//! gap is noticed and answered with a resync from a snapshot). Approximate entries come from the
-//! scheduler's own routing decisions and expire after a TTL, with a per-instance bound on how many
-//! are kept: for engines that publish no events they are all there is, and for engines that do
-//! they cover the time between a request's placement and the events of its prefill (a stored
-//! block replaces its routed entry).
+//! gap is noticed and answered with a resync from a snapshot), one map entry per block.
+//! Approximate entries are the scheduler's own routing decisions, kept whole as [`placements`]
+//! until a TTL ends, with a per-instance bound: for engines that publish no events they are all
+//! there is, and for engines that do they cover the time between a request's placement and the
+//! events of its prefill.
 //!
 //! A lookup walks the request's chained block hashes in order and returns, for every instance
 //! holding at least the first block, how many leading blocks it holds.
 
+mod placements;
+
+use placements::Placements;
 use rustc_hash::FxHashMap;
-use std::collections::VecDeque;
 use switchyard_protocol::kv_events::{KvEvent, KvEventKind, StoredBlock};
 
 /// Dense index of an instance inside the prefix index.
@@ -46,34 +48,28 @@ pub enum IndexError {
 struct Holder {
     /// Blocks held exactly (from events).
     exact: usize,
-    /// Blocks recorded from routing, oldest first, with the time recorded.
-    routed: VecDeque<(u64, f64)>,
-    /// Latest routing time of each routed block.
-    routed_at: FxHashMap<u64, f64>,
-    /// Seconds a routed entry lives.
-    routed_ttl: f64,
     /// Last applied event number.
     last_seq: u64,
 }
 
 /// The prefix index of a cluster.
 ///
-/// Memory is one map entry per distinct block: its hash and up to two holders packed in a `u64`
-/// (blocks held by more instances list them in `spilled`). Routed entries add their time, per
-/// instance. Clearing or resyncing an instance scans the map, which is rare.
+/// Memory is one map entry per distinct exactly held block: its hash and up to two holders
+/// packed in a `u64` (blocks held by more instances list them in `spilled`), plus the routed
+/// placements. Clearing or resyncing an instance scans the map, which is rare.
 #[derive(Debug, Default)]
 pub struct PrefixIndex {
     holders: Vec<Holder>,
     blocks: FxHashMap<u64, u64>,
     spilled: FxHashMap<u64, Vec<Slot>>,
-    routed_capacity: usize,
+    placements: Placements,
 }
 
 impl PrefixIndex {
-    /// An empty index that keeps at most `routed_capacity` routed entries per instance.
+    /// An empty index that keeps at most `routed_capacity` routed blocks per instance.
     pub fn new(routed_capacity: usize) -> Self {
         PrefixIndex {
-            routed_capacity,
+            placements: Placements::new(routed_capacity),
             ..Default::default()
         }
     }
@@ -99,15 +95,19 @@ impl PrefixIndex {
         a == slot || b == slot
     }
 
-    /// The holders of `hash`, appended to `out`.
-    fn holders_into(&self, hash: u64, out: &mut Vec<Slot>) {
-        match self.blocks.get(&hash) {
-            Some(&SPILLED) => out.extend(self.spilled.get(&hash).into_iter().flatten()),
-            Some(&v) => {
-                let (a, b) = unpack(v);
-                out.extend([a, b].into_iter().filter(|&s| s != EMPTY));
-            }
-            None => {}
+    /// The holders `v` of `hash`, each appended to `out` as holding one block.
+    fn first_holders_into(&self, hash: u64, v: u64, out: &mut Vec<(Slot, u32)>) {
+        if v == SPILLED {
+            out.extend(
+                self.spilled
+                    .get(&hash)
+                    .into_iter()
+                    .flatten()
+                    .map(|&s| (s, 1)),
+            );
+        } else {
+            let (a, b) = unpack(v);
+            out.extend([a, b].into_iter().filter(|&s| s != EMPTY).map(|s| (s, 1)));
         }
     }
 
@@ -151,25 +151,15 @@ impl PrefixIndex {
         true
     }
 
-    /// Removes `slot` from every block it holds and keeps the blocks `keep` names.
-    fn remove_slot_everywhere(&mut self, slot: Slot, keep: &FxHashMap<u64, f64>) {
+    /// Removes `slot` from every block it holds (a scan of the whole map).
+    fn remove_slot_everywhere(&mut self, slot: Slot) {
         let spilled = &mut self.spilled;
         self.blocks.retain(|&hash, v| {
-            if keep.contains_key(&hash) {
-                return true;
-            }
             if let Some(remaining) = remove_holder(*v, hash, slot, spilled) {
                 *v = remaining;
             }
             *v != pack(EMPTY, EMPTY)
         });
-    }
-
-    /// Whether `slot` holds `hash` from routing rather than from events.
-    fn is_routed(&self, slot: Slot, hash: u64) -> bool {
-        self.holders
-            .get(slot as usize)
-            .is_some_and(|h| !h.routed_at.is_empty() && h.routed_at.contains_key(&hash))
     }
 
     /// Applies an instance's events in order; on a gap nothing after it is applied.
@@ -189,7 +179,7 @@ impl PrefixIndex {
             match &event.kind {
                 KvEventKind::Stored(block) => self.store_exact(slot, block.hash),
                 KvEventKind::Removed { hash } => {
-                    if !self.is_routed(slot, *hash) && self.drop_entry(slot, *hash) {
+                    if self.drop_entry(slot, *hash) {
                         self.holder(slot).exact -= 1;
                     }
                 }
@@ -200,14 +190,10 @@ impl PrefixIndex {
     }
 
     fn store_exact(&mut self, slot: Slot, hash: u64) {
-        if self.is_routed(slot, hash) {
-            // An exact entry replaces a routed one.
-            let holder = self.holder(slot);
-            holder.routed_at.remove(&hash);
-            holder.exact += 1;
-        } else if self.add(slot, hash) {
+        if self.add(slot, hash) {
             self.holder(slot).exact += 1;
         }
+        self.placements.settle(slot, hash);
     }
 
     /// Replaces an instance's exact entries with a snapshot whose last event is `seq`.
@@ -219,82 +205,50 @@ impl PrefixIndex {
         self.holder(slot).last_seq = seq;
     }
 
-    /// Drops every exact entry of `slot` (a scan of the whole map).
+    /// Drops every exact entry of `slot`.
     fn clear_exact(&mut self, slot: Slot) {
         if self.holder(slot).exact == 0 {
             return;
         }
-        let routed = std::mem::take(&mut self.holder(slot).routed_at);
-        self.remove_slot_everywhere(slot, &routed);
-        let holder = self.holder(slot);
-        holder.routed_at = routed;
-        holder.exact = 0;
+        self.remove_slot_everywhere(slot);
+        self.holder(slot).exact = 0;
     }
 
-    /// Records that a request with these blocks was routed to `slot` at `now`; the entries live
-    /// `ttl` seconds (one instance's entries share one TTL: the latest given).
+    /// Records that a request with these blocks was routed to `slot` at `now`; the placement
+    /// lives `ttl` seconds (one instance's placements share one TTL: the latest given), unless
+    /// the instance already holds its last block, and with it the whole prefix.
     pub fn record_route(&mut self, slot: Slot, hashes: &[u64], now: f64, ttl: f64) {
-        self.holder(slot).routed_ttl = ttl;
-        for &hash in hashes {
-            let held_exactly = self
-                .blocks
-                .get(&hash)
-                .is_some_and(|&v| self.holds(hash, v, slot))
-                && !self.is_routed(slot, hash);
-            if held_exactly {
-                continue;
-            }
-            self.add(slot, hash);
-            let holder = self.holder(slot);
-            holder.routed_at.insert(hash, now);
-            holder.routed.push_back((hash, now));
-        }
-        while self.holder(slot).routed.len() > self.routed_capacity {
-            let (hash, at) = self.holder(slot).routed.pop_front().expect("over capacity");
-            self.forget_routed(slot, hash, at);
+        let Some(&last) = hashes.last() else {
+            return;
+        };
+        let held = self
+            .blocks
+            .get(&last)
+            .is_some_and(|&v| self.holds(last, v, slot));
+        if !held {
+            self.placements.record(slot, hashes, now, ttl);
         }
     }
 
-    /// Drops routed entries older than their TTL.
+    /// Drops placements older than their TTL.
     pub fn expire(&mut self, now: f64) {
-        for slot in 0..self.holders.len() as Slot {
-            let ttl = self.holders[slot as usize].routed_ttl;
-            while let Some(&(hash, at)) = self.holders[slot as usize].routed.front() {
-                if now - at <= ttl {
-                    break;
-                }
-                self.holders[slot as usize].routed.pop_front();
-                self.forget_routed(slot, hash, at);
-            }
-        }
-    }
-
-    /// Forgets a routed entry recorded at `at`, unless it was refreshed later or became exact.
-    fn forget_routed(&mut self, slot: Slot, hash: u64, at: f64) {
-        let holder = self.holder(slot);
-        match holder.routed_at.get(&hash) {
-            Some(&latest) if latest <= at => {
-                holder.routed_at.remove(&hash);
-                self.drop_entry(slot, hash);
-            }
-            _ => {}
-        }
+        self.placements.expire(now);
     }
 
     /// Forgets everything about an instance.
     pub fn remove_instance(&mut self, slot: Slot) {
+        self.placements.remove_instance(slot);
         if self.holders.get(slot as usize).is_none() {
             return;
         }
-        self.remove_slot_everywhere(slot, &FxHashMap::default());
+        self.remove_slot_everywhere(slot);
         self.holders[slot as usize] = Holder::default();
     }
 
     /// Blocks indexed for an instance (exact and routed).
     pub fn len_of(&self, slot: Slot) -> usize {
-        self.holders
-            .get(slot as usize)
-            .map_or(0, |h| h.exact + h.routed_at.len())
+        let exact = self.holders.get(slot as usize).map_or(0, |h| h.exact);
+        exact + self.placements.len_of(slot)
     }
 
     /// Last applied event number of an instance.
@@ -302,19 +256,8 @@ impl PrefixIndex {
         self.holders.get(slot as usize).map_or(0, |h| h.last_seq)
     }
 
-    /// Whether `slot`'s entry for `hash` counts at `now` (exact, or routed within the TTL).
-    fn live(&self, slot: Slot, hash: u64, now: f64) -> bool {
-        match self.holders.get(slot as usize) {
-            Some(h) if !h.routed_at.is_empty() => match h.routed_at.get(&hash) {
-                Some(&at) => now - at <= h.routed_ttl,
-                None => true,
-            },
-            _ => true,
-        }
-    }
-
-    /// For each instance holding the first block, how many leading blocks of `hashes` it holds
-    /// (routed entries count while younger than the TTL at `now`).
+    /// For each instance holding the first block, how many leading blocks of `hashes` it holds,
+    /// exactly or by a placement live at `now`.
     pub fn lookup(&self, hashes: &[u64], now: f64, out: &mut Vec<(Slot, u32)>) {
         out.clear();
         for (i, &hash) in hashes.iter().enumerate() {
@@ -322,18 +265,11 @@ impl PrefixIndex {
                 break;
             };
             if i == 0 {
-                let mut first = Vec::new();
-                self.holders_into(hash, &mut first);
-                out.extend(
-                    first
-                        .into_iter()
-                        .filter(|&s| self.live(s, hash, now))
-                        .map(|s| (s, 1)),
-                );
+                self.first_holders_into(hash, v, out);
             } else {
                 let mut extended = false;
                 for entry in out.iter_mut().filter(|e| e.1 as usize == i) {
-                    if self.holds(hash, v, entry.0) && self.live(entry.0, hash, now) {
+                    if self.holds(hash, v, entry.0) {
                         entry.1 += 1;
                         extended = true;
                     }
@@ -343,6 +279,7 @@ impl PrefixIndex {
                 }
             }
         }
+        self.placements.extend_matches(hashes, now, out);
     }
 }
 
@@ -477,21 +414,31 @@ mod tests {
     }
 
     #[test]
-    fn routed_entries_expire_and_are_bounded() {
-        let mut index = PrefixIndex::new(3);
-        index.record_route(2, &[1, 2], 0.0, 10.0);
+    fn a_placement_counts_until_its_last_block_is_stored_or_its_ttl_ends() {
+        let mut index = PrefixIndex::new(1000);
+        index.record_route(2, &[1, 2, 3], 0.0, 10.0);
         let mut out = Vec::new();
-        index.lookup(&[1, 2], 5.0, &mut out);
-        assert_eq!(out, vec![(2, 2)]);
+        index.lookup(&[1, 2, 3, 4], 5.0, &mut out);
+        assert_eq!(out, vec![(2, 3)]);
         index.lookup(&[1, 2], 11.0, &mut out);
         assert!(out.is_empty(), "older than the TTL at lookup time");
-        index.record_route(2, &[1, 2], 12.0, 10.0);
+        index.record_route(2, &[1, 2, 3], 12.0, 10.0);
+        index.apply(2, &[stored(1, 1), stored(2, 2)]).unwrap();
+        index.lookup(&[1, 2, 3], 12.0, &mut out);
+        assert_eq!(
+            out,
+            vec![(2, 3)],
+            "the placement covers what events do not yet"
+        );
+        index.apply(2, &[stored(3, 3), removed(4, 3)]).unwrap();
+        index.lookup(&[1, 2, 3], 12.0, &mut out);
+        assert_eq!(out, vec![(2, 2)], "stored, the placement is settled");
+        index.apply(2, &[stored(5, 3)]).unwrap();
+        index.record_route(2, &[1, 2, 3], 13.0, 10.0);
+        assert_eq!(index.len_of(2), 3, "held already: nothing recorded");
         index.record_route(2, &[7, 8], 13.0, 10.0);
-        assert_eq!(index.len_of(2), 3, "capacity bound");
-        index.lookup(&[1, 2], 13.0, &mut out);
-        assert_eq!(out, vec![], "block 1 was pushed out, so the prefix is gone");
+        assert_eq!(index.len_of(2), 5);
         index.expire(30.0);
-        assert_eq!(index.len_of(2), 0);
-        assert!(index.blocks.is_empty());
+        assert_eq!(index.len_of(2), 3);
     }
 }

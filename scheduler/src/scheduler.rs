@@ -31,12 +31,12 @@ pub struct SchedulerConfig {
     pub tpot_slo: Option<f64>,
     /// With `Predictive` and a TPOT SLO: answer "no capacity" when no instance meets it.
     pub slo_admission: bool,
-    /// Routed prefix entries of engines without KV events live this many seconds.
+    /// Routed placements on engines without KV events live this many seconds.
     pub routed_ttl: f64,
-    /// Routed prefix entries of engines with KV events live this many seconds: long enough for
-    /// a queued prefill to run and its stored blocks to be reported, which replaces them.
+    /// Routed placements on engines with KV events live this many seconds: long enough for a
+    /// queued prefill to run and its stored blocks to be reported, which settles them.
     pub pending_ttl: f64,
-    /// Routed prefix entries kept per instance.
+    /// Blocks of routed placements kept per instance.
     pub routed_capacity: usize,
     /// A gateway not heard from for this many seconds has its dispatches reclaimed.
     pub gateway_timeout: f64,
@@ -131,6 +131,8 @@ pub struct Scheduler {
     round_robin: u64,
     rng: SmallRng,
     hits: Vec<(Slot, u32)>,
+    /// `hits` by slot (0 where none), for the decision being made.
+    hits_by_slot: Vec<u32>,
     gateways_seen: FxHashMap<String, f64>,
 }
 
@@ -146,6 +148,7 @@ impl Scheduler {
             round_robin: 0,
             rng: SmallRng::seed_from_u64(seed),
             hits: Vec::new(),
+            hits_by_slot: Vec::new(),
             gateways_seen: FxHashMap::default(),
         }
     }
@@ -296,6 +299,14 @@ impl Scheduler {
         let mut serving = 0;
         let mut candidates: Vec<(&InstanceState, CandidateMetrics)> = Vec::new();
         self.index.lookup(&req.block_hashes, now, &mut self.hits);
+        self.hits_by_slot.clear();
+        for &(slot, blocks) in &self.hits {
+            let slot = slot as usize;
+            if self.hits_by_slot.len() <= slot {
+                self.hits_by_slot.resize(slot + 1, 0);
+            }
+            self.hits_by_slot[slot] = blocks;
+        }
         let block = self.config.block_size as f64;
         let prompt = req.prompt_tokens as f64;
         for state in self.cms.iter() {
@@ -308,11 +319,7 @@ impl Scheduler {
             {
                 continue;
             }
-            let cached_blocks = self
-                .hits
-                .iter()
-                .find(|h| h.0 == state.slot)
-                .map_or(0, |h| h.1);
+            let cached_blocks = self.hits_by_slot.get(state.slot as usize).map_or(0, |&b| b);
             let cached = (cached_blocks as f64 * block)
                 .min(prompt.max(1.0) - 1.0)
                 .max(0.0);
@@ -370,7 +377,6 @@ impl Scheduler {
                 c.1.backlog_cost = c.1.prefill_seconds * (1.0 + depth);
             }
         }
-        candidates.sort_by(|a, b| a.0.meta.id.cmp(&b.0.meta.id));
         let chosen = match policy {
             Policy::RoundRobin => {
                 self.round_robin = self.round_robin.wrapping_add(1);
