@@ -103,7 +103,10 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
         base_url: args.url.clone(),
         model,
         api_key: args.api_key.clone(),
-        timeout: Duration::from_secs_f64(args.request_timeout),
+        timeout: Duration::try_from_secs_f64(args.request_timeout)
+            .ok()
+            .filter(|t| !t.is_zero())
+            .context("--request-timeout must be a positive number of seconds")?,
     };
     let w = &args.workload;
     let words = Words::builtin();

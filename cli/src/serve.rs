@@ -45,6 +45,7 @@ pub struct ServeArgs {
 /// Runs engines, scheduler and gateway until Ctrl-C or SIGTERM, then drains.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let parts = args.engine.build(args.engines)?;
+    let drain_timeout = args.engine.drain_timeout()?;
     let served = ServedModel {
         name: parts[0].info.model_name.clone(),
         tokenizer: parts[0].tokenizer.clone(),
@@ -132,11 +133,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await
     });
     switchyard_engine::launcher::shutdown_signal().await;
-    switchyard_engine::launcher::drain(
-        &instances,
-        Duration::from_secs_f64(args.engine.drain_timeout),
-    )
-    .await;
+    switchyard_engine::launcher::drain(&instances, drain_timeout).await;
     let _ = stop_tx.send(true);
     front.await??;
     for server in servers {

@@ -17,6 +17,7 @@ use crate::trace::TraceLog;
 use anyhow::{bail, Context};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Which backend runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -122,6 +123,13 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
+    /// `--drain-timeout` as a duration, or why it is not one.
+    pub fn drain_timeout(&self) -> anyhow::Result<Duration> {
+        Duration::try_from_secs_f64(self.drain_timeout).map_err(|_| {
+            anyhow::anyhow!("--drain-timeout must be a non-negative number of seconds")
+        })
+    }
+
     /// Checks the flags and builds the parts of `instances` instances.
     pub fn build(&self, instances: usize) -> anyhow::Result<Vec<InstanceParts>> {
         if instances == 0 {

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 /// Serves every instance the flags describe until a shutdown signal, then drains.
 pub async fn run(listen: ListenArgs, args: EngineArgs) -> anyhow::Result<()> {
     let parts = args.build(listen.instances)?;
+    let drain_timeout = args.drain_timeout()?;
     let mut listeners = Vec::new();
     for i in 0..parts.len() {
         let port = listen
@@ -44,7 +45,7 @@ pub async fn run(listen: ListenArgs, args: EngineArgs) -> anyhow::Result<()> {
         instances.push(instance);
     }
     shutdown_signal().await;
-    drain(&instances, Duration::from_secs_f64(args.drain_timeout)).await;
+    drain(&instances, drain_timeout).await;
     let _ = stop_tx.send(true);
     for server in servers {
         server.await??;

@@ -117,16 +117,16 @@ impl AdmissionArgs {
                 .map_err(|e| anyhow::anyhow!("cannot read --api-keys {}: {e}", path.display()))?,
             None => Vec::new(),
         };
-        if !(self.queue_timeout >= 0.0 && self.queue_timeout.is_finite()) {
-            anyhow::bail!("--queue-timeout must be a non-negative number of seconds");
-        }
+        let queue_timeout = Duration::try_from_secs_f64(self.queue_timeout).map_err(|_| {
+            anyhow::anyhow!("--queue-timeout must be a non-negative number of seconds")
+        })?;
         Ok(AdmissionConfig {
             keys,
             global_requests_per_minute: self.global_requests_per_minute,
             global_tokens_per_minute: self.global_tokens_per_minute,
             max_concurrent: self.max_concurrent_requests,
             queue_size: self.queue_size,
-            queue_timeout: Duration::from_secs_f64(self.queue_timeout),
+            queue_timeout,
         })
     }
 }

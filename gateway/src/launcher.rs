@@ -105,9 +105,13 @@ fn extra_roots(path: &Path) -> anyhow::Result<Vec<reqwest::Certificate>> {
     Ok(roots)
 }
 
+/// The longest time flag accepted: a year (deadlines are added to the clock, which must not
+/// overflow).
+const MAX_SECONDS: f64 = 365.0 * 86400.0;
+
 fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
-    if !(value > 0.0 && value.is_finite()) {
-        anyhow::bail!("--{flag} must be a positive number of seconds");
+    if !(value > 0.0 && value <= MAX_SECONDS) {
+        anyhow::bail!("--{flag} must be a positive number of seconds, at most {MAX_SECONDS}");
     }
     Ok(Duration::from_secs_f64(value))
 }

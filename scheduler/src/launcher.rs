@@ -156,7 +156,8 @@ pub async fn run(
     });
     let discovery = args.discovery()?;
     let settings = FollowSettings {
-        refresh: Duration::from_secs_f64(args.discovery_interval.max(0.05)),
+        refresh: Duration::try_from_secs_f64(args.discovery_interval.max(0.05))
+            .map_err(|_| anyhow::anyhow!("--discovery-interval must be a number of seconds"))?,
         scrape_interval: Duration::from_millis(args.scrape_interval.max(1)),
         block_size: args.block_size,
     };
