@@ -24,6 +24,13 @@ fn event(data: &impl serde::Serialize) -> Result<Event, std::convert::Infallible
 /// How often an idle engine repeats its latest status, so subscribers know it is alive.
 const STATUS_HEARTBEAT: Duration = Duration::from_secs(1);
 
+/// Least time between two events of one stream: what happens meanwhile goes out merged in the
+/// next one, so a busy engine sends at most 200 events a second on each stream however many
+/// requests it serves (the first change after a quiet spell goes out at once). The scheduler
+/// counts its own dispatches until a status reports them, so a few milliseconds of delay cost
+/// no placement, while one event per request would cost a wake-up and a JSON round trip each.
+const STREAM_MIN_INTERVAL: Duration = Duration::from_millis(5);
+
 /// The latest status without the lists a previous snapshot already carried.
 fn repeat_of(status: &EngineStatus) -> EngineStatus {
     EngineStatus {
@@ -59,6 +66,7 @@ pub async fn state(State(instance): State<Arc<Instance>>) -> Response {
                 }
             }
             yield event(&merged);
+            tokio::time::sleep(STREAM_MIN_INTERVAL).await;
         }
     };
     Sse::new(until_closed(closing, stream))
@@ -74,15 +82,27 @@ pub async fn kv_events(State(instance): State<Arc<Instance>>) -> Response {
             let Some(mut sub) = instance.subscribe_kv().await else { break };
             yield event(&KvMessage::Snapshot { seq: sub.seq, blocks: sub.blocks });
             loop {
-                match sub.events.recv().await {
-                    Ok(batch) => {
-                        let events: Vec<_> = batch.iter().filter(|e| e.seq > sub.seq).cloned().collect();
-                        if !events.is_empty() {
-                            yield event(&KvMessage::Events { events });
-                        }
-                    }
+                let mut batches = match sub.events.recv().await {
+                    Ok(batch) => vec![batch],
                     Err(RecvError::Lagged(_)) => continue 'subscribe,
                     Err(RecvError::Closed) => break 'subscribe,
+                };
+                loop {
+                    match sub.events.try_recv() {
+                        Ok(batch) => batches.push(batch),
+                        Err(TryRecvError::Lagged(_)) => continue 'subscribe,
+                        Err(_) => break,
+                    }
+                }
+                let events: Vec<_> = batches
+                    .iter()
+                    .flat_map(|batch| batch.iter())
+                    .filter(|e| e.seq > sub.seq)
+                    .cloned()
+                    .collect();
+                if !events.is_empty() {
+                    yield event(&KvMessage::Events { events });
+                    tokio::time::sleep(STREAM_MIN_INTERVAL).await;
                 }
             }
         }
