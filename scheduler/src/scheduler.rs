@@ -364,7 +364,7 @@ impl Scheduler {
         }
         let soft: Vec<_> = candidates
             .iter()
-            .filter(|c| self.config.soft_limits.admits(&c.1))
+            .filter(|c| self.config.soft_limits.admits(policy, &c.1))
             .cloned()
             .collect();
         if !soft.is_empty() {
