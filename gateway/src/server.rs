@@ -6,7 +6,7 @@ use crate::forward::Forwarder;
 use crate::guarded_body::GuardedBody;
 use crate::metrics::GatewayMetrics;
 use crate::observe::RelayObserver;
-use crate::preprocess::{prepare, read_body, Route, ServedModel};
+use crate::preprocess::{prepare, prepare_off_worker, read_body, Route, ServedModel};
 use crate::relay::{collect, deadline_error, stream_body, ResumeWith, Session};
 use crate::routes::{reload_logged, Routes, Target};
 use crate::upstream::UpstreamRequest;
@@ -192,7 +192,10 @@ async fn admit_and_forward(
         Target::Pool(m) => served(m),
         Target::External(_) => None,
     });
-    let prepared = first_pool.map(|m| prepare(route, &body, m)).transpose()?;
+    let prepared = match first_pool {
+        Some(m) => Some(prepare_off_worker(route, &body, m).await?),
+        None => None,
+    };
     // Without a tokenizer (external endpoints only), about four bytes make a token.
     let prompt_tokens = prepared
         .as_ref()
