@@ -58,7 +58,7 @@ pub struct ScheduleRequest {
 
 /// What kind of engine an instance runs, which decides how its state is read and what its API
 /// takes beyond OpenAI's.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum EngineKind {
     /// switchyard's engine: state stream and KV events; token-id prompts in completions and chat,

@@ -21,5 +21,6 @@ pub mod prefix_index;
 pub mod scheduler;
 pub mod scrape;
 pub mod service;
+pub mod step_fits;
 
 pub use scheduler::{Placement, ScheduleError, Scheduler, SchedulerConfig};

@@ -5,6 +5,7 @@ use crate::lrs::{Dispatch, InFlight, Lrs};
 use crate::policy::{select, CandidateMetrics, Policy, SoftLimits};
 use crate::predictor::{predict_tpot, predict_ttft, QueueShape, StepTimeFit, DEFAULT_PRIOR};
 use crate::prefix_index::{IndexError, PrefixIndex, Slot};
+use crate::step_fits::StepFits;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -127,7 +128,7 @@ pub struct Scheduler {
     cms: Cms,
     lrs: Lrs,
     index: PrefixIndex,
-    fits: FxHashMap<String, StepTimeFit>,
+    fits: StepFits,
     round_robin: u64,
     rng: SmallRng,
     hits: Vec<(Slot, u32)>,
@@ -144,7 +145,7 @@ impl Scheduler {
             config,
             cms: Cms::default(),
             lrs: Lrs::default(),
-            fits: FxHashMap::default(),
+            fits: StepFits::default(),
             round_robin: 0,
             rng: SmallRng::seed_from_u64(seed),
             hits: Vec::new(),
@@ -184,21 +185,19 @@ impl Scheduler {
 
     /// A new status from an instance: stored, its admitted ids reconciled, its steps learned.
     pub fn on_status(&mut self, id: &str, status: EngineStatus, now: f64) {
-        if self.cms.get(id).is_none() {
+        let Some(state) = self.cms.get(id) else {
             return;
-        }
+        };
+        self.fits.observe(
+            id,
+            &state.meta.model,
+            state.meta.kind,
+            &status.step_prior,
+            &status.steps,
+        );
         for rid in &status.admitted {
             self.lrs.reported(id, rid);
         }
-        let fit = self
-            .fits
-            .entry(id.to_string())
-            .or_insert_with(|| StepTimeFit::new(DEFAULT_PRIOR));
-        if fit.samples() == 0 {
-            // The engine's own profile is the prior until its real steps arrive.
-            status.step_prior.iter().for_each(|s| fit.observe(s));
-        }
-        status.steps.iter().for_each(|s| fit.observe(s));
         self.cms.update_status(id, status, now);
     }
 
@@ -328,7 +327,7 @@ impl Scheduler {
                 self.lrs.in_flight(&state.meta.id),
                 cached,
                 prompt,
-                self.fits.get(&state.meta.id),
+                self.fits.of(&state.meta.id),
             );
             candidates.push((state, metrics));
         }
@@ -450,14 +449,14 @@ impl Scheduler {
             status: s.status.clone(),
             in_flight: self.lrs.in_flight(&s.meta.id),
             indexed_blocks: self.index.len_of(s.slot),
-            predictor_samples: self.fits.get(&s.meta.id).map_or(0, |f| f.samples()),
+            predictor_samples: self.fits.of(&s.meta.id).map_or(0, |f| f.samples()),
             metrics: match s.status {
                 Some(_) => candidate_metrics(
                     s,
                     self.lrs.in_flight(&s.meta.id),
                     0.0,
                     0.0,
-                    self.fits.get(&s.meta.id),
+                    self.fits.of(&s.meta.id),
                 ),
                 None => CandidateMetrics::default(),
             },
