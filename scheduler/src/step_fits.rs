@@ -62,10 +62,11 @@ impl StepFits {
             }
         }
         let profile = &self.profiles[id];
-        let fit = self
-            .fits
-            .entry(profile.clone())
-            .or_insert_with(|| StepTimeFit::new(DEFAULT_PRIOR));
+        if !self.fits.contains_key(profile) {
+            self.fits
+                .insert(profile.clone(), StepTimeFit::new(DEFAULT_PRIOR));
+        }
+        let fit = self.fits.get_mut(profile).expect("inserted above");
         if fit.samples() == 0 {
             prior.iter().for_each(|s| fit.observe(s));
         }
