@@ -12,27 +12,18 @@ use rustc_hash::{FxHashMap, FxHasher};
 use std::hash::{Hash, Hasher};
 use switchyard_protocol::engine_state::StepSample;
 
-/// What instances that share a fit have in common.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Profile {
-    model: String,
-    kind: EngineKind,
-    /// Hash of the announced step prior (0 for engines that announce none).
-    prior: u64,
-}
-
-/// Every profile's fit, and each instance's profile.
+/// Every profile's fit, and each instance's profile. A profile is the hash of what instances
+/// that share a fit have in common (model, engine kind, announced step prior), so that finding
+/// an instance's fit on the decision path costs two integer-keyed lookups.
 #[derive(Debug, Default)]
 pub struct StepFits {
-    profiles: FxHashMap<String, Profile>,
-    fits: FxHashMap<Profile, StepTimeFit>,
+    profiles: FxHashMap<String, u64>,
+    fits: FxHashMap<u64, StepTimeFit>,
 }
 
-fn prior_hash(prior: &[StepSample]) -> u64 {
-    if prior.is_empty() {
-        return 0;
-    }
+fn profile(model: &str, kind: EngineKind, prior: &[StepSample]) -> u64 {
     let mut h = FxHasher::default();
+    (model, kind).hash(&mut h);
     for s in prior {
         (s.prefill_tokens, s.decode_batch, s.context_tokens).hash(&mut h);
         s.step_seconds.to_bits().hash(&mut h);
@@ -51,22 +42,20 @@ impl StepFits {
         prior: &[StepSample],
         steps: &[StepSample],
     ) {
-        if !prior.is_empty() || !self.profiles.contains_key(id) {
-            let profile = Profile {
-                model: model.to_string(),
-                kind,
-                prior: prior_hash(prior),
-            };
-            if let Some(old) = self.profiles.insert(id.to_string(), profile) {
-                self.drop_if_unused(old);
+        let key = match self.profiles.get(id) {
+            Some(&key) if prior.is_empty() => key,
+            _ => {
+                let key = profile(model, kind, prior);
+                if let Some(old) = self.profiles.insert(id.to_string(), key) {
+                    self.drop_if_unused(old);
+                }
+                key
             }
-        }
-        let profile = &self.profiles[id];
-        if !self.fits.contains_key(profile) {
-            self.fits
-                .insert(profile.clone(), StepTimeFit::new(DEFAULT_PRIOR));
-        }
-        let fit = self.fits.get_mut(profile).expect("inserted above");
+        };
+        let fit = self
+            .fits
+            .entry(key)
+            .or_insert_with(|| StepTimeFit::new(DEFAULT_PRIOR));
         if fit.samples() == 0 {
             prior.iter().for_each(|s| fit.observe(s));
         }
@@ -80,14 +69,14 @@ impl StepFits {
 
     /// Forgets instance `id`, and its profile's fit when no other instance has that profile.
     pub fn remove(&mut self, id: &str) {
-        if let Some(profile) = self.profiles.remove(id) {
-            self.drop_if_unused(profile);
+        if let Some(key) = self.profiles.remove(id) {
+            self.drop_if_unused(key);
         }
     }
 
-    fn drop_if_unused(&mut self, profile: Profile) {
-        if !self.profiles.values().any(|p| *p == profile) {
-            self.fits.remove(&profile);
+    fn drop_if_unused(&mut self, key: u64) {
+        if !self.profiles.values().any(|&k| k == key) {
+            self.fits.remove(&key);
         }
     }
 }
