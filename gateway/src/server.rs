@@ -14,12 +14,14 @@ use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::from_fn;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use switchyard_http::on_own_task;
 use switchyard_protocol::openai::{ApiError, ModelCard, ModelList};
 use switchyard_protocol::secret::Secret;
 use switchyard_scheduler::service::{admin_only, SchedulerService};
@@ -79,8 +81,14 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
         admin = admin.route("/v1/instances", get(instances));
     }
     admin_only(admin, gateway.admin_key.clone())
-        .route("/v1/completions", post(completions))
-        .route("/v1/chat/completions", post(chat_completions))
+        .route(
+            "/v1/completions",
+            post(completions).layer(from_fn(on_own_task)),
+        )
+        .route(
+            "/v1/chat/completions",
+            post(chat_completions).layer(from_fn(on_own_task)),
+        )
         .route("/v1/models", get(models))
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/metrics", get(metrics))

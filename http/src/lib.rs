@@ -5,6 +5,10 @@
 //! buffer are refused with 431, and a failed `accept` (out of file descriptors) backs off
 //! instead of spinning.
 
+mod own_task;
+
+pub use own_task::on_own_task;
+
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
