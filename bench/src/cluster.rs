@@ -37,6 +37,8 @@ pub struct ClusterConfig {
     pub policy: Policy,
     /// With the predictive policy: the TPOT objective, seconds.
     pub tpot_slo: Option<f64>,
+    /// With the predictive policy: the backlog weight (`SchedulerConfig::backlog_weight`).
+    pub backlog_weight: f64,
     /// The GPU each instance runs on.
     pub gpu: GpuProfile,
     /// The model it serves.
@@ -183,6 +185,7 @@ impl Cluster {
                 staleness: f64::INFINITY,
                 block_size: config.block_size as u32,
                 tpot_slo: config.tpot_slo,
+                backlog_weight: config.backlog_weight,
                 ..SchedulerConfig::default()
             },
             0,
@@ -452,6 +455,7 @@ mod tests {
             instances,
             policy,
             tpot_slo: None,
+            backlog_weight: switchyard_scheduler::DEFAULT_BACKLOG_WEIGHT,
             gpu: GpuProfile::by_name("h100").unwrap(),
             shape: ModelShape::preset("qwen3-0.6b").unwrap(),
             block_size: 16,

@@ -6,7 +6,7 @@ use crate::service::{
     first_statuses, parse_entry, router, run_discovery, AdminArgs, Discovery, FollowSettings,
     SchedulerService,
 };
-use crate::{Scheduler, SchedulerConfig};
+use crate::{Scheduler, SchedulerConfig, DEFAULT_BACKLOG_WEIGHT};
 use anyhow::Context;
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,6 +68,10 @@ pub struct SchedulerArgs {
     /// With a TPOT SLO: answer "no capacity" when no instance meets it.
     #[arg(long, env = "SWITCHYARD_SLO_ADMISSION")]
     pub slo_admission: bool,
+    /// With the predictive policy: how much the cluster's queue depth weighs against
+    /// computing a cached prefix again on another instance (higher keeps more prefix hits).
+    #[arg(long, env = "SWITCHYARD_BACKLOG_WEIGHT", default_value_t = DEFAULT_BACKLOG_WEIGHT, value_parser = parse_backlog_weight)]
+    pub backlog_weight: f64,
     /// Tokens per block of the block hashes in schedule requests.
     #[arg(long, env = "SWITCHYARD_BLOCK_SIZE", default_value_t = 16)]
     pub block_size: u32,
@@ -132,8 +136,17 @@ impl SchedulerArgs {
             block_size: self.block_size,
             tpot_slo: self.tpot_slo.map(|ms| ms / 1000.0),
             slo_admission: self.slo_admission,
+            backlog_weight: self.backlog_weight,
             ..Default::default()
         })
+    }
+}
+
+/// Parses a `--backlog-weight`: a finite number, zero or more.
+pub fn parse_backlog_weight(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(w) if w.is_finite() && w >= 0.0 => Ok(w),
+        _ => Err(format!("{s:?} is not a number of zero or more")),
     }
 }
 
@@ -185,4 +198,18 @@ pub async fn run(
     switchyard_http::serve(listener, routes, shutdown, SHUTDOWN_GRACE)
         .await
         .context("scheduler server failed")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backlog_weight_is_a_finite_number_of_zero_or_more() {
+        assert_eq!(parse_backlog_weight("0"), Ok(0.0));
+        assert_eq!(parse_backlog_weight("8"), Ok(8.0));
+        for bad in ["-1", "NaN", "inf", "eight", ""] {
+            assert!(parse_backlog_weight(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -23,4 +23,4 @@ pub mod scrape;
 pub mod service;
 pub mod step_fits;
 
-pub use scheduler::{Placement, ScheduleError, Scheduler, SchedulerConfig};
+pub use scheduler::{Placement, ScheduleError, Scheduler, SchedulerConfig, DEFAULT_BACKLOG_WEIGHT};

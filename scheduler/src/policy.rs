@@ -67,8 +67,9 @@ pub struct CandidateMetrics {
     /// Predicted seconds of this request's own uncached prefill on an idle instance.
     pub prefill_seconds: f64,
     /// What computing that prefill costs the requests that come later, seconds: for the
-    /// predictive policy, `prefill_seconds` times one plus the cluster's mean queue depth, so that
-    /// prompts stay where their prefixes are cached, the more so the more loaded the cluster.
+    /// predictive policy, `prefill_seconds` times one plus the cluster's mean queue depth times
+    /// the backlog weight, so that prompts stay where their prefixes are cached, the more so the
+    /// more loaded the cluster.
     pub backlog_cost: f64,
 }
 

@@ -20,13 +20,17 @@ fn idle() -> EngineStatus {
 }
 
 fn cluster(policy: Policy, n: usize) -> Scheduler {
-    let mut s = Scheduler::new(
+    cluster_with(
         SchedulerConfig {
             policy,
             ..Default::default()
         },
-        7,
-    );
+        n,
+    )
+}
+
+fn cluster_with(config: SchedulerConfig, n: usize) -> Scheduler {
+    let mut s = Scheduler::new(config, 7);
     for i in 0..n {
         let id = format!("i{i}");
         s.add_instance(InstanceMeta {
@@ -190,9 +194,9 @@ fn predictive_keeps_a_prompt_with_its_prefix_the_more_the_cluster_is_loaded() {
         num_waiting: requests,
         ..idle()
     };
-    // i2 has 12k tokens of prefill queued, the others nothing: recomputing 4k elsewhere is so
+    // i2 has 40k tokens of prefill queued, the others nothing: recomputing 4k elsewhere is so
     // much faster that it outweighs the work it adds.
-    s.on_status("i2", queue(12_000, 1), 1.0);
+    s.on_status("i2", queue(40_000, 1), 1.0);
     let placed = s.schedule(&request("idle", &prompt), 1.0).unwrap();
     let copy = placed.decision.instance_id.clone();
     assert_ne!(copy, "i2");
@@ -208,6 +212,42 @@ fn predictive_keeps_a_prompt_with_its_prefix_the_more_the_cluster_is_loaded() {
     assert_ne!(placed.decision.instance_id, neither);
     assert!(placed.metrics.cached_tokens > 0.0);
     assert!(placed.metrics.predicted_ttft > 0.0 && placed.metrics.backlog_cost >= 0.0);
+}
+
+#[test]
+fn the_backlog_weight_sets_how_much_queue_a_cached_prefix_is_worth() {
+    let prompt: Vec<u32> = (0..4000).collect();
+    let placed_with = |backlog_weight: f64| {
+        let mut s = cluster_with(
+            SchedulerConfig {
+                policy: Policy::Predictive,
+                backlog_weight,
+                ..Default::default()
+            },
+            3,
+        );
+        s.on_kv_events("i2", &stored_prompt(&prompt)).unwrap();
+        s.on_status(
+            "i2",
+            EngineStatus {
+                waiting_prefill_tokens: 12_000,
+                num_waiting: 1,
+                ..idle()
+            },
+            1.0,
+        );
+        s.schedule(&request("r", &prompt), 1.0)
+            .unwrap()
+            .decision
+            .instance_id
+    };
+    // Weighing only the requests queued now, computing the prefix on an idle instance is
+    // faster than waiting behind i2's queue; weighing its later reuse as well, it stays.
+    assert_ne!(placed_with(0.0), "i2");
+    assert_eq!(
+        placed_with(switchyard_scheduler::DEFAULT_BACKLOG_WEIGHT),
+        "i2"
+    );
 }
 
 #[test]
