@@ -8,9 +8,8 @@ use crate::text::Words;
 use crate::workload_args::WorkloadArgs;
 use std::path::PathBuf;
 use std::time::Instant;
-use switchyard_scheduler::launcher::parse_backlog_weight;
+use switchyard_scheduler::launcher::PredictiveFlags;
 use switchyard_scheduler::policy::Policy;
-use switchyard_scheduler::DEFAULT_BACKLOG_WEIGHT;
 
 /// Flags of `switchyard sim`.
 #[derive(Debug, Clone, clap::Args)]
@@ -43,10 +42,9 @@ pub struct SimArgs {
     /// Host memory per instance for the prefix cache's host tier, in GiB (0: none).
     #[arg(long, default_value_t = 0.0)]
     pub kv_offloading_size: f64,
-    /// With the predictive policy: how much the cluster's queue depth weighs against
-    /// computing a cached prefix again on another instance (higher keeps more prefix hits).
-    #[arg(long, default_value_t = DEFAULT_BACKLOG_WEIGHT, value_parser = parse_backlog_weight)]
-    pub backlog_weight: f64,
+    /// The predictive policy's weighting.
+    #[command(flatten)]
+    pub predictive: PredictiveFlags,
     /// What to replay.
     #[command(flatten)]
     pub workload: WorkloadArgs,
@@ -77,7 +75,7 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
                 instances: args.instances,
                 policy: *policy,
                 tpot_slo: w.slo_tpot.map(|ms| ms / 1e3),
-                backlog_weight: args.backlog_weight,
+                backlog_weight: args.predictive.backlog_weight,
                 gpu,
                 shape: shape.clone(),
                 block_size: args.block_size,

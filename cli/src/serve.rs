@@ -10,10 +10,10 @@ use switchyard_gateway::launcher::GatewayFlags;
 use switchyard_gateway::preprocess::ServedModel;
 use switchyard_gateway::scheduler_client::SchedulerClient;
 use switchyard_gateway::server::router;
-use switchyard_scheduler::launcher::parse_backlog_weight;
+use switchyard_scheduler::launcher::PredictiveFlags;
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::service::{run_discovery, Discovery, FollowSettings, SchedulerService};
-use switchyard_scheduler::{Scheduler, SchedulerConfig, DEFAULT_BACKLOG_WEIGHT};
+use switchyard_scheduler::{Scheduler, SchedulerConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -35,10 +35,9 @@ pub struct ServeArgs {
     /// Placement policy of the in-process scheduler.
     #[arg(long, env = "SWITCHYARD_POLICY", default_value = "cache-aware")]
     pub policy: Policy,
-    /// With the predictive policy: how much the cluster's queue depth weighs against
-    /// computing a cached prefix again on another instance (higher keeps more prefix hits).
-    #[arg(long, env = "SWITCHYARD_BACKLOG_WEIGHT", default_value_t = DEFAULT_BACKLOG_WEIGHT, value_parser = parse_backlog_weight)]
-    pub backlog_weight: f64,
+    /// The predictive policy's weighting.
+    #[command(flatten)]
+    pub predictive: PredictiveFlags,
     /// Routing, retries, deadlines, keys, rates and concurrency at the gateway.
     #[command(flatten)]
     pub gateway: GatewayFlags,
@@ -83,7 +82,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             SchedulerConfig {
                 policy: args.policy,
                 block_size: args.engine.block_size as u32,
-                backlog_weight: args.backlog_weight,
+                backlog_weight: args.predictive.backlog_weight,
                 ..Default::default()
             },
             0,

@@ -11,6 +11,7 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use switchyard_protocol::openai::ApiError;
 use tokio_util::task::AbortOnDropHandle;
 
 /// Middleware (`axum::middleware::from_fn(on_own_task)`) running the rest of a request on a
@@ -21,13 +22,8 @@ pub async fn on_own_task(request: Request, next: Next) -> Response {
         Ok(response) => response,
         Err(e) => {
             tracing::error!("a request handler stopped: {e}");
-            let body = serde_json::json!({"error": {
-                "message": "The request's handler stopped unexpectedly.",
-                "type": "server_error",
-                "param": null,
-                "code": "internal_error",
-            }});
-            (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response()
+            let e = ApiError::internal("The request's handler stopped unexpectedly.");
+            (StatusCode::INTERNAL_SERVER_ERROR, Json(e.body)).into_response()
         }
     }
 }

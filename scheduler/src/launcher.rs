@@ -68,10 +68,9 @@ pub struct SchedulerArgs {
     /// With a TPOT SLO: answer "no capacity" when no instance meets it.
     #[arg(long, env = "SWITCHYARD_SLO_ADMISSION")]
     pub slo_admission: bool,
-    /// With the predictive policy: how much the cluster's queue depth weighs against
-    /// computing a cached prefix again on another instance (higher keeps more prefix hits).
-    #[arg(long, env = "SWITCHYARD_BACKLOG_WEIGHT", default_value_t = DEFAULT_BACKLOG_WEIGHT, value_parser = parse_backlog_weight)]
-    pub backlog_weight: f64,
+    /// The predictive policy's weighting.
+    #[command(flatten)]
+    pub predictive: PredictiveFlags,
     /// Tokens per block of the block hashes in schedule requests.
     #[arg(long, env = "SWITCHYARD_BLOCK_SIZE", default_value_t = 16)]
     pub block_size: u32,
@@ -136,14 +135,23 @@ impl SchedulerArgs {
             block_size: self.block_size,
             tpot_slo: self.tpot_slo.map(|ms| ms / 1000.0),
             slo_admission: self.slo_admission,
-            backlog_weight: self.backlog_weight,
+            backlog_weight: self.predictive.backlog_weight,
             ..Default::default()
         })
     }
 }
 
+/// The predictive policy's flags, shared by `scheduler`, `serve` and `sim`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PredictiveFlags {
+    /// With the predictive policy: how much the cluster's queue depth weighs against
+    /// computing a cached prefix again on another instance (higher keeps more prefix hits).
+    #[arg(long, env = "SWITCHYARD_BACKLOG_WEIGHT", default_value_t = DEFAULT_BACKLOG_WEIGHT, value_parser = parse_backlog_weight)]
+    pub backlog_weight: f64,
+}
+
 /// Parses a `--backlog-weight`: a finite number, zero or more.
-pub fn parse_backlog_weight(s: &str) -> Result<f64, String> {
+fn parse_backlog_weight(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(w) if w.is_finite() && w >= 0.0 => Ok(w),
         _ => Err(format!("{s:?} is not a number of zero or more")),
