@@ -108,15 +108,25 @@ struct ResponseShape {
 impl ResponseShape {
     /// The last chunk of a stream with `include_usage`: no choices, the request's usage.
     fn usage_chunk(&self, object: &str, usage: Usage) -> String {
-        serde_json::json!({
-            "id": self.id,
-            "object": object,
-            "created": self.created,
-            "model": self.model,
-            "choices": [],
-            "usage": usage,
+        /// The usage chunk's fields, written without building a JSON tree.
+        #[derive(serde::Serialize)]
+        struct UsageChunk<'a> {
+            id: &'a str,
+            object: &'a str,
+            created: u64,
+            model: &'a str,
+            choices: [(); 0],
+            usage: Usage,
+        }
+        serde_json::to_string(&UsageChunk {
+            id: &self.id,
+            object,
+            created: self.created,
+            model: &self.model,
+            choices: [],
+            usage,
         })
-        .to_string()
+        .unwrap_or_default()
     }
 
     fn new(id: String, model: String, instance: &Instance, logprobs: bool) -> Self {

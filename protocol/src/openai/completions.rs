@@ -1,15 +1,17 @@
 //! `POST /v1/completions`: text (or token-id) prompts in, text out.
 
 use super::common::{FinishReason, SamplingFields, StopReason, Usage};
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::fmt;
+
+/// What a `prompt` may be, as its parse errors say.
+const PROMPT_EXPECTED: &str = "`prompt` must be a string, an array of strings, an array of token ids, or an array of arrays of token ids";
 
 /// A prompt: text or token ids, one or a batch.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(
-    untagged,
-    expecting = "`prompt` must be a string, an array of strings, an array of token ids, or an array of arrays of token ids"
-)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(untagged)]
 pub enum Prompt {
     /// One text prompt.
     Text(String),
@@ -19,6 +21,123 @@ pub enum Prompt {
     Tokens(Vec<i64>),
     /// A batch of prompts as token ids.
     TokensBatch(Vec<Vec<i64>>),
+}
+
+impl<'de> Deserialize<'de> for Prompt {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(PromptVisitor)
+    }
+}
+
+/// Reads a prompt in one pass: a list's first element decides what the others must be.
+struct PromptVisitor;
+
+impl<'de> Visitor<'de> for PromptVisitor {
+    type Value = Prompt;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(PROMPT_EXPECTED)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Prompt, E> {
+        Ok(Prompt::Text(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Prompt, E> {
+        Ok(Prompt::Text(v))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Prompt, A::Error> {
+        let mismatch = || de::Error::custom(PROMPT_EXPECTED);
+        let Some(first) = seq.next_element::<Item>()? else {
+            return Ok(Prompt::TextBatch(Vec::new()));
+        };
+        match first {
+            Item::Text(text) => {
+                let mut texts = vec![text];
+                while let Some(item) = seq.next_element::<Item>()? {
+                    let Item::Text(text) = item else {
+                        return Err(mismatch());
+                    };
+                    texts.push(text);
+                }
+                Ok(Prompt::TextBatch(texts))
+            }
+            Item::Token(id) => {
+                let mut ids = Vec::with_capacity(seq.size_hint().unwrap_or(0) + 1);
+                ids.push(id);
+                while let Some(item) = seq.next_element::<Item>()? {
+                    let Item::Token(id) = item else {
+                        return Err(mismatch());
+                    };
+                    ids.push(id);
+                }
+                Ok(Prompt::Tokens(ids))
+            }
+            Item::Tokens(ids) => {
+                let mut batch = vec![ids];
+                while let Some(item) = seq.next_element::<Item>()? {
+                    let Item::Tokens(ids) = item else {
+                        return Err(mismatch());
+                    };
+                    batch.push(ids);
+                }
+                Ok(Prompt::TokensBatch(batch))
+            }
+        }
+    }
+}
+
+/// One element of a prompt list.
+enum Item {
+    Text(String),
+    Token(i64),
+    Tokens(Vec<i64>),
+}
+
+impl<'de> Deserialize<'de> for Item {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ItemVisitor)
+    }
+}
+
+struct ItemVisitor;
+
+impl<'de> Visitor<'de> for ItemVisitor {
+    type Value = Item;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(PROMPT_EXPECTED)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Item, E> {
+        Ok(Item::Text(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Item, E> {
+        Ok(Item::Text(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Item, E> {
+        Ok(Item::Token(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Item, E> {
+        i64::try_from(v)
+            .map(Item::Token)
+            .map_err(|_| E::custom(PROMPT_EXPECTED))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Item, A::Error> {
+        let mut ids = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(item) = seq.next_element::<Item>()? {
+            let Item::Token(id) = item else {
+                return Err(de::Error::custom(PROMPT_EXPECTED));
+            };
+            ids.push(id);
+        }
+        Ok(Item::Tokens(ids))
+    }
 }
 
 /// One prompt of a (possibly batched) request, before tokenization.
@@ -115,4 +234,48 @@ pub struct CompletionResponse {
     /// Token counts; in a stream only on the usage chunk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<Prompt, String> {
+        serde_json::from_str(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn each_prompt_shape_parses_and_mixed_lists_are_refused() {
+        assert_eq!(parse(r#""hi""#), Ok(Prompt::Text("hi".into())));
+        assert_eq!(
+            parse(r#"["a", "b"]"#),
+            Ok(Prompt::TextBatch(vec!["a".into(), "b".into()]))
+        );
+        assert_eq!(parse("[]"), Ok(Prompt::TextBatch(vec![])));
+        assert_eq!(parse("[1, -2, 3]"), Ok(Prompt::Tokens(vec![1, -2, 3])));
+        assert_eq!(
+            parse("[[1, 2], []]"),
+            Ok(Prompt::TokensBatch(vec![vec![1, 2], vec![]]))
+        );
+        for bad in [
+            "7",
+            "null",
+            "{}",
+            r#"["a", 1]"#,
+            r#"[1, "a"]"#,
+            "[[1], 2]",
+            r#"[[1, "a"]]"#,
+            "[[[1]]]",
+            "[1.5]",
+            "[18446744073709551615]",
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains(PROMPT_EXPECTED), "{bad}: {e}");
+        }
+        let round_trip = Prompt::TokensBatch(vec![vec![4, 5]]);
+        assert_eq!(
+            parse(&serde_json::to_string(&round_trip).unwrap()),
+            Ok(round_trip)
+        );
+    }
 }
