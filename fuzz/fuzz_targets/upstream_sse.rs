@@ -1,14 +1,17 @@
 //! An upstream's streamed answer, cut into arbitrary reads: the gateway's SSE splitter and its
-//! chunk reader must take any bytes, never panic, and give the same events however the bytes
-//! are cut.
+//! chunk reader and assembler must take any bytes, never panic, and give the same events however
+//! the bytes are cut.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use switchyard_gateway::observe::ChunkView;
+use switchyard_gateway::assemble::Assembler;
+use switchyard_gateway::chunk::ChunkView;
+use switchyard_gateway::preprocess::Route;
 use switchyard_gateway::sse::SseSplitter;
 
 fn events(pieces: &[&[u8]]) -> Vec<(Option<Vec<u8>>, Vec<u32>)> {
     let mut splitter = SseSplitter::default();
+    let mut assembler = Assembler::new(Route::Chat);
     let mut out = Vec::new();
     for piece in pieces {
         splitter.push(piece);
@@ -20,11 +23,15 @@ fn events(pieces: &[&[u8]]) -> Vec<(Option<Vec<u8>>, Vec<u32>)> {
                         let _ = c.new_text();
                     });
                 }
+                if let Some(view) = ChunkView::parse_for_assembly(data) {
+                    assembler.push(view);
+                }
             }
             out.push((event.data.as_ref().map(|d| d.to_vec()), event.token_ids.clone()));
         }
     }
     let _ = splitter.has_partial();
+    let _ = assembler.finish();
     out
 }
 

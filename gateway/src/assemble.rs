@@ -1,8 +1,13 @@
 //! One JSON answer from streamed chunks, for clients that did not ask to stream (the gateway
 //! always streams from upstream). Each choice's news is merged in order: text, content, tool-call
 //! arguments and log-probability lists grow; ids, roles and finish reasons are taken as given.
+//! Chunks come read for assembly ([`ChunkView::parse_for_assembly`]): the common fields typed,
+//! the rest raw, so only uncommon fields (log-probabilities, tool calls) become JSON trees.
 
+use crate::chunk::ChunkView;
 use crate::preprocess::Route;
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
@@ -20,9 +25,22 @@ const REPLACED: &[&str] = &[
 #[derive(Debug)]
 pub struct Assembler {
     route: Route,
-    head: Map<String, Value>,
-    choices: BTreeMap<u64, Map<String, Value>>,
-    usage: Option<Value>,
+    head: Vec<(&'static str, Box<RawValue>)>,
+    choices: BTreeMap<u32, Choice>,
+    usage: Option<Box<RawValue>>,
+}
+
+/// One choice so far.
+#[derive(Debug, Default)]
+struct Choice {
+    text: String,
+    role: Option<String>,
+    content: Option<String>,
+    finish_reason: Option<String>,
+    /// The choice's other fields, merged.
+    extra: Map<String, Value>,
+    /// The message's other fields (tool calls, reasoning), merged.
+    message_extra: Map<String, Value>,
 }
 
 impl Assembler {
@@ -30,67 +48,132 @@ impl Assembler {
     pub fn new(route: Route) -> Self {
         Assembler {
             route,
-            head: Map::new(),
+            head: Vec::new(),
             choices: BTreeMap::new(),
             usage: None,
         }
     }
 
     /// Merges the next chunk.
-    pub fn push(&mut self, chunk: &Value) {
-        for key in ["id", "created", "model", "system_fingerprint"] {
-            if let Some(v) = chunk.get(key).filter(|v| !v.is_null()) {
-                self.head.entry(key).or_insert_with(|| v.clone());
+    pub fn push(&mut self, chunk: ChunkView) {
+        for (key, value) in chunk.head {
+            if !self.head.iter().any(|(k, _)| *k == key) {
+                self.head.push((key, value));
             }
         }
-        if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
-            self.usage = Some(usage.clone());
+        if let Some(usage) = chunk.raw_usage {
+            self.usage = Some(usage);
         }
-        for choice in chunk["choices"].as_array().into_iter().flatten() {
-            let index = choice["index"].as_u64().unwrap_or(0);
-            let acc = self.choices.entry(index).or_default();
-            for (key, value) in choice.as_object().into_iter().flatten() {
-                let key = if key == "delta" { "message" } else { key };
-                merge(acc.entry(key).or_insert(Value::Null), value, key);
+        for news in chunk.choices {
+            let choice = self.choices.entry(news.index).or_default();
+            if let Some(text) = news.text {
+                choice.text.push_str(&text);
+            }
+            if let Some(reason) = news.finish_reason {
+                choice.finish_reason = Some(reason);
+            }
+            merge_raw(&mut choice.extra, news.extra);
+            if let Some(delta) = news.delta {
+                if delta.role.is_some() {
+                    choice.role = delta.role;
+                }
+                if let Some(content) = delta.content {
+                    choice.content.get_or_insert_default().push_str(&content);
+                }
+                merge_raw(&mut choice.message_extra, delta.extra);
             }
         }
     }
 
-    /// The whole answer.
-    pub fn finish(self) -> Value {
+    /// The whole answer, as JSON.
+    pub fn finish(self) -> Vec<u8> {
+        serde_json::to_vec(&self).unwrap_or_default()
+    }
+}
+
+impl Serialize for Assembler {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let object = match self.route {
             Route::Completions => "text_completion",
             Route::Chat => "chat.completion",
         };
-        let choices: Vec<Value> = self
+        let mut map = s.serialize_map(None)?;
+        for (key, value) in &self.head {
+            map.serialize_entry(key, value)?;
+        }
+        map.serialize_entry("object", object)?;
+        let choices: Vec<ChoiceOut> = self
             .choices
-            .into_iter()
-            .map(|(index, mut c)| {
-                c.insert("index".into(), index.into());
-                match self.route {
-                    Route::Completions => {
-                        c.entry("text").or_insert_with(|| "".into());
-                    }
-                    Route::Chat => {
-                        let message = c
-                            .entry("message")
-                            .or_insert_with(|| Value::Object(Map::new()));
-                        if let Value::Object(m) = message {
-                            m.entry("role").or_insert_with(|| "assistant".into());
-                            m.entry("content").or_insert(Value::Null);
-                        }
-                    }
-                }
-                c.entry("logprobs").or_insert(Value::Null);
-                c.entry("finish_reason").or_insert(Value::Null);
-                Value::Object(c)
+            .iter()
+            .map(|(index, choice)| ChoiceOut {
+                index: *index,
+                route: self.route,
+                choice,
             })
             .collect();
-        let mut out = self.head;
-        out.insert("object".into(), object.into());
-        out.insert("choices".into(), choices.into());
-        out.insert("usage".into(), self.usage.unwrap_or(Value::Null));
-        Value::Object(out)
+        map.serialize_entry("choices", &choices)?;
+        map.serialize_entry("usage", &self.usage)?;
+        map.end()
+    }
+}
+
+/// One choice of the answer.
+struct ChoiceOut<'a> {
+    index: u32,
+    route: Route,
+    choice: &'a Choice,
+}
+
+impl Serialize for ChoiceOut<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let c = self.choice;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("index", &self.index)?;
+        match self.route {
+            Route::Completions => map.serialize_entry("text", &c.text)?,
+            Route::Chat => map.serialize_entry(
+                "message",
+                &Message {
+                    role: c.role.as_deref().unwrap_or("assistant"),
+                    content: c.content.as_deref(),
+                    extra: &c.message_extra,
+                },
+            )?,
+        }
+        map.serialize_entry("logprobs", c.extra.get("logprobs").unwrap_or(&Value::Null))?;
+        map.serialize_entry("finish_reason", &c.finish_reason)?;
+        for (key, value) in c.extra.iter().filter(|(k, _)| *k != "logprobs") {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+/// A chat choice's message.
+struct Message<'a> {
+    role: &'a str,
+    content: Option<&'a str>,
+    extra: &'a Map<String, Value>,
+}
+
+impl Serialize for Message<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("role", self.role)?;
+        map.serialize_entry("content", &self.content)?;
+        for (key, value) in self.extra {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+/// Merges raw fields into `acc`, each as [`merge`] does.
+fn merge_raw(acc: &mut Map<String, Value>, fields: Vec<(String, Box<RawValue>)>) {
+    for (key, raw) in fields {
+        if let Ok(value) = serde_json::from_str::<Value>(raw.get()) {
+            merge(acc.entry(key.as_str()).or_insert(Value::Null), &value, &key);
+        }
     }
 }
 
@@ -125,15 +208,27 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The answer assembled from `chunks`, each read the way the relay reads it.
+    fn assemble(route: Route, chunks: &[Value]) -> Value {
+        let mut a = Assembler::new(route);
+        for chunk in chunks {
+            a.push(ChunkView::parse_for_assembly(chunk.to_string().as_bytes()).unwrap());
+        }
+        serde_json::from_slice(&a.finish()).unwrap()
+    }
+
     #[test]
     fn chat_chunks_make_one_message() {
-        let mut a = Assembler::new(Route::Chat);
-        a.push(&json!({"id": "c1", "created": 5, "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}));
-        a.push(&json!({"id": "c1", "choices": [{"index": 0, "delta": {"content": "Hel"}, "logprobs": {"content": [{"token": "Hel"}]}}]}));
-        a.push(&json!({"id": "c1", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\""}}]}}]}));
-        a.push(&json!({"id": "c1", "choices": [{"index": 0, "delta": {"content": "lo", "tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}, "logprobs": {"content": [{"token": "lo"}]}, "finish_reason": "stop"}]}));
-        a.push(&json!({"id": "c1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}));
-        let out = a.finish();
+        let out = assemble(
+            Route::Chat,
+            &[
+                json!({"id": "c1", "created": 5, "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
+                json!({"id": "c1", "choices": [{"index": 0, "delta": {"content": "Hel"}, "logprobs": {"content": [{"token": "Hel"}]}}]}),
+                json!({"id": "c1", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\""}}]}}]}),
+                json!({"id": "c1", "choices": [{"index": 0, "delta": {"content": "lo", "tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}, "logprobs": {"content": [{"token": "lo"}]}, "finish_reason": "stop"}]}),
+                json!({"id": "c1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}),
+            ],
+        );
         assert_eq!(
             out,
             json!({
@@ -153,12 +248,15 @@ mod tests {
 
     #[test]
     fn completion_choices_are_kept_apart_and_ordered() {
-        let mut a = Assembler::new(Route::Completions);
-        a.push(&json!({"id": "x", "choices": [{"index": 1, "text": "b1"}]}));
-        a.push(&json!({"id": "x", "choices": [{"index": 0, "text": "a1", "logprobs": {"tokens": ["a1"], "text_offset": [0]}}]}));
-        a.push(&json!({"id": "x", "choices": [{"index": 0, "text": "a2", "logprobs": {"tokens": ["a2"], "text_offset": [2]}, "finish_reason": "length"}]}));
-        a.push(&json!({"id": "x", "choices": [{"index": 1, "text": "", "finish_reason": "stop", "stop_reason": "END"}]}));
-        let out = a.finish();
+        let out = assemble(
+            Route::Completions,
+            &[
+                json!({"id": "x", "choices": [{"index": 1, "text": "b1"}]}),
+                json!({"id": "x", "choices": [{"index": 0, "text": "a1", "logprobs": {"tokens": ["a1"], "text_offset": [0]}}]}),
+                json!({"id": "x", "choices": [{"index": 0, "text": "a2", "logprobs": {"tokens": ["a2"], "text_offset": [2]}, "finish_reason": "length"}]}),
+                json!({"id": "x", "choices": [{"index": 1, "text": "", "finish_reason": "stop", "stop_reason": "END"}]}),
+            ],
+        );
         assert_eq!(out["object"], "text_completion");
         assert_eq!(out["choices"][0]["text"], "a1a2");
         assert_eq!(out["choices"][0]["logprobs"]["text_offset"], json!([0, 2]));

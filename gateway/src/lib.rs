@@ -10,6 +10,7 @@ pub mod admission;
 pub mod answer;
 pub mod assemble;
 pub mod breaker;
+pub mod chunk;
 pub mod forward;
 pub mod guarded_body;
 pub mod http1_client;

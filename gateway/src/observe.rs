@@ -1,84 +1,10 @@
 //! Watching a relayed answer pass by, without holding it back, to measure what the client sees:
 //! time to first token, the gaps between tokens, time per output token and output tokens.
 
+use crate::chunk::ChunkView;
 use crate::metrics::GatewayMetrics;
-use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// What the gateway reads of one streamed chunk (completions or chat).
-#[derive(Debug, Default, Deserialize)]
-pub struct ChunkView {
-    /// The choices' news.
-    #[serde(default)]
-    pub choices: Vec<ChoiceView>,
-    /// Usage, on the last chunk (or every chunk with continuous usage stats).
-    #[serde(default)]
-    pub usage: Option<UsageView>,
-}
-
-/// One choice's news in a chunk.
-#[derive(Debug, Default, Deserialize)]
-pub struct ChoiceView {
-    /// The choice's index.
-    #[serde(default)]
-    pub index: u32,
-    /// New text (completions).
-    #[serde(default)]
-    pub text: Option<String>,
-    /// New message content (chat).
-    #[serde(default)]
-    pub delta: Option<DeltaView>,
-    /// Set when the choice ended.
-    #[serde(default)]
-    pub finish_reason: Option<String>,
-}
-
-/// A chat delta's content.
-#[derive(Debug, Default, Deserialize)]
-pub struct DeltaView {
-    /// New content.
-    #[serde(default)]
-    pub content: Option<String>,
-}
-
-/// Token counts of a chunk's usage.
-#[derive(Debug, Default, Deserialize)]
-pub struct UsageView {
-    /// Prompt tokens.
-    #[serde(default)]
-    pub prompt_tokens: u64,
-    /// Generated tokens.
-    #[serde(default)]
-    pub completion_tokens: u64,
-}
-
-impl ChunkView {
-    /// Reads a chunk's JSON; `None` if it is not a chunk.
-    pub fn parse(data: &[u8]) -> Option<ChunkView> {
-        serde_json::from_slice(data).ok()
-    }
-
-    /// Whether the chunk carries generated text.
-    pub fn has_text(&self) -> bool {
-        self.choices.iter().any(|c| !c.new_text().is_empty())
-    }
-
-    /// Whether this is the usage-only last chunk of `include_usage`.
-    pub fn is_usage_only(&self) -> bool {
-        self.choices.is_empty() && self.usage.is_some()
-    }
-}
-
-impl ChoiceView {
-    /// The new text of the choice, in either layout.
-    pub fn new_text(&self) -> &str {
-        self.text
-            .as_deref()
-            .or_else(|| self.delta.as_ref().and_then(|d| d.content.as_deref()))
-            .unwrap_or_default()
-    }
-}
 
 /// Observes one relayed answer; records its token metrics when dropped.
 pub struct RelayObserver {

@@ -6,9 +6,10 @@
 
 use crate::answer::AnswerBody;
 use crate::assemble::Assembler;
+use crate::chunk::ChunkView;
 use crate::forward::{Forwarder, Opened, PoolAsk, ReleaseOnDrop};
 use crate::metrics::GatewayMetrics;
-use crate::observe::{ChunkView, RelayObserver};
+use crate::observe::RelayObserver;
 use crate::preprocess::{Prepared, Route};
 use crate::sse::SseSplitter;
 use crate::upstream::{Resume, UpstreamRequest};
@@ -66,6 +67,8 @@ pub struct Session {
     held: Option<Bytes>,
     /// Choices that ended so far.
     finished: usize,
+    /// Whether chunks are read keeping what their assembly into one answer needs.
+    for_assembly: bool,
     /// Whether the current upstream has sent a chunk (it is past its prefill).
     upstream_started: bool,
     /// When the current upstream last sent bytes (or was opened).
@@ -110,16 +113,26 @@ impl Session {
             last_chunk: None,
             held: None,
             finished: 0,
+            for_assembly: false,
             upstream_started: false,
             last_heard: tokio::time::Instant::now(),
             alarm: Box::pin(tokio::time::sleep_until(deadline)),
         }
     }
 
+    /// Reads a chunk, keeping what assembly needs if the answer is being assembled.
+    fn read(&self, data: &[u8]) -> Option<ChunkView> {
+        if self.for_assembly {
+            ChunkView::parse_for_assembly(data)
+        } else {
+            ChunkView::parse(data)
+        }
+    }
+
     /// The next step that is already here, without waiting for the upstream.
     pub fn ready(&mut self) -> Option<Step> {
         if let Some(held) = self.held.take() {
-            let view = ChunkView::parse(&held);
+            let view = self.read(&held);
             return Some(Step::Chunk(held, view));
         }
         while let Some(event) = self.splitter.next_event() {
@@ -132,7 +145,7 @@ impl Session {
                 continue;
             };
             self.upstream_started = true;
-            let view = ChunkView::parse(&data);
+            let view = self.read(&data);
             if let Some(view) = &view {
                 self.finished += view
                     .choices
@@ -446,7 +459,11 @@ pub fn stream_body(mut session: Session, mut observer: RelayObserver) -> Body {
 }
 
 /// The whole answer as one JSON, or the error that ended it.
-pub async fn collect(mut session: Session, mut observer: RelayObserver) -> Result<Value, ApiError> {
+pub async fn collect(
+    mut session: Session,
+    mut observer: RelayObserver,
+) -> Result<Vec<u8>, ApiError> {
+    session.for_assembly = true;
     let mut assembler = Assembler::new(session.upstream.route());
     let mut timer = WorkTimer {
         metrics: session.metrics.clone(),
@@ -458,21 +475,21 @@ pub async fn collect(mut session: Session, mut observer: RelayObserver) -> Resul
         let started = Instant::now();
         match step {
             Step::Chunk(data, view) => {
-                if let Some(view) = &view {
-                    observer.observe(view, started);
-                }
-                let chunk: Value = serde_json::from_slice(&data).map_err(|e| {
-                    ApiError::bad_gateway(format!(
-                        "The upstream sent a chunk that is not JSON: {e}"
-                    ))
-                })?;
-                if let Some(error) = chunk.get("error") {
+                let Some(view) = view else {
+                    return Err(ApiError::bad_gateway(format!(
+                        "The upstream sent a chunk that is not a completion chunk: {}",
+                        String::from_utf8_lossy(&data[..data.len().min(200)])
+                    )));
+                };
+                if let Some(error) = &view.error {
+                    let error: Value = serde_json::from_str(error.get()).unwrap_or_default();
                     let message = error["message"].as_str().unwrap_or("unknown error");
                     return Err(ApiError::bad_gateway(format!(
                         "The upstream failed: {message}"
                     )));
                 }
-                assembler.push(&chunk);
+                observer.observe(&view, started);
+                assembler.push(view);
             }
             Step::Done => {
                 let out = assembler.finish();

@@ -286,7 +286,10 @@ async fn admit_and_forward(
             .insert("cache-control", HeaderValue::from_static("no-cache"));
         r
     } else {
-        Json(collect(session, observer).await?).into_response()
+        let mut r = Response::new(Body::from(collect(session, observer).await?));
+        r.headers_mut()
+            .insert("content-type", HeaderValue::from_static("application/json"));
+        r
     };
     response
         .headers_mut()
