@@ -157,8 +157,7 @@ impl<'de> Deserialize<'de> for Key<'de> {
 
 /// The field's value as raw JSON, unless it is `null`.
 fn raw_unless_null<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<Box<RawValue>>, A::Error> {
-    let raw: Box<RawValue> = map.next_value()?;
-    Ok((raw.get() != "null").then_some(raw))
+    map.next_value()
 }
 
 /// Reads an optional object of `Kind` (`null` is none).

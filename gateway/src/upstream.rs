@@ -19,6 +19,12 @@ pub struct UpstreamRequest {
     prompt_ids: Option<Vec<Vec<u32>>>,
 }
 
+/// The `stream_options` of a client that sent none: usage on the last chunk.
+#[derive(serde::Serialize)]
+struct UsageAtTheEnd {
+    include_usage: bool,
+}
+
 /// What a resumed request continues from.
 #[derive(Debug, Clone, Copy)]
 pub struct Resume<'a> {
@@ -133,9 +139,18 @@ impl UpstreamRequest {
     fn streamed(&self) -> RawObject {
         let mut body = self.body.clone();
         body.set("stream", &true);
-        let mut options = self.stream_options();
-        options.insert("include_usage".into(), true.into());
-        body.set("stream_options", &options);
+        if self.body.get("stream_options").is_some() {
+            let mut options = self.stream_options();
+            options.insert("include_usage".into(), true.into());
+            body.set("stream_options", &options);
+        } else {
+            body.set(
+                "stream_options",
+                &UsageAtTheEnd {
+                    include_usage: true,
+                },
+            );
+        }
         body
     }
 }
