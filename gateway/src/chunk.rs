@@ -160,33 +160,33 @@ fn raw_unless_null<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<Box<Raw
     map.next_value()
 }
 
-/// Reads an optional object of `Kind` (`null` is none).
-struct OptionalKeep(Keep);
+/// Reads what its seed reads, or nothing for `null`.
+struct OrNull<S>(S);
 
-impl<'de> DeserializeSeed<'de> for OptionalKeep {
-    type Value = Option<Read>;
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for OrNull<S> {
+    type Value = Option<S::Value>;
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Read>, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_option(self)
     }
 }
 
-impl<'de> Visitor<'de> for OptionalKeep {
-    type Value = Option<Read>;
+impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for OrNull<S> {
+    type Value = Option<S::Value>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an object or null")
+        f.write_str("a value or null")
     }
 
-    fn visit_none<E: de::Error>(self) -> Result<Option<Read>, E> {
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
         Ok(None)
     }
 
-    fn visit_unit<E: de::Error>(self) -> Result<Option<Read>, E> {
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
         Ok(None)
     }
 
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<Read>, D::Error> {
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         self.0.deserialize(d).map(Some)
     }
 }
@@ -236,7 +236,7 @@ impl<'de> Visitor<'de> for Keep {
                     match key.as_ref() {
                         "choices" => {
                             chunk.choices = map
-                                .next_value_seed(OptionalChoices(keep))?
+                                .next_value_seed(OrNull(Choices(keep)))?
                                 .unwrap_or_default()
                         }
                         "usage" if keep => {
@@ -273,7 +273,7 @@ impl<'de> Visitor<'de> for Keep {
                         "finish_reason" => choice.finish_reason = map.next_value()?,
                         "delta" => {
                             if let Some(Read::Delta(delta)) =
-                                map.next_value_seed(OptionalKeep(Keep(keep, Kind::Delta)))?
+                                map.next_value_seed(OrNull(Keep(keep, Kind::Delta)))?
                             {
                                 choice.delta = Some(delta);
                             }
@@ -309,37 +309,6 @@ impl<'de> Visitor<'de> for Keep {
                 Ok(Read::Delta(delta))
             }
         }
-    }
-}
-
-/// Reads an optional list of choices (`null` is none).
-struct OptionalChoices(bool);
-
-impl<'de> DeserializeSeed<'de> for OptionalChoices {
-    type Value = Option<Vec<ChoiceView>>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for OptionalChoices {
-    type Value = Option<Vec<ChoiceView>>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a list of choices or null")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        Choices(self.0).deserialize(d).map(Some)
     }
 }
 
