@@ -1,7 +1,7 @@
-//! An upstream's answer as the gateway reads it, whichever client fetched it: status, headers
-//! and a body of byte batches.
+//! An upstream's answer as the gateway reads it, whichever client fetched it: status, the
+//! headers it uses and a body of byte batches.
 
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use bytes::{Bytes, BytesMut};
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -14,8 +14,10 @@ pub type AnswerBody = BoxStream<'static, io::Result<Bytes>>;
 pub struct Answer {
     /// Its status.
     pub status: StatusCode,
-    /// Its headers.
-    pub headers: HeaderMap,
+    /// Its `content-type`, relayed with a refusal.
+    pub content_type: Option<HeaderValue>,
+    /// Its `retry-after`, relayed with a refusal and read as the instance's back-off.
+    pub retry_after: Option<HeaderValue>,
     /// Its body, read as it arrives.
     pub body: AnswerBody,
 }
@@ -64,7 +66,8 @@ impl From<reqwest::Response> for Answer {
     fn from(response: reqwest::Response) -> Self {
         Answer {
             status: response.status(),
-            headers: response.headers().clone(),
+            content_type: response.headers().get("content-type").cloned(),
+            retry_after: response.headers().get("retry-after").cloned(),
             body: response
                 .bytes_stream()
                 .map(|r| r.map_err(io::Error::other))

@@ -334,8 +334,8 @@ impl Forwarder {
                             .on_failure(&decision.instance_id, Instant::now());
                     }
                     let retry_after = response
-                        .headers
-                        .get("retry-after")
+                        .retry_after
+                        .as_ref()
                         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
                         .map(Duration::from_secs);
                     (response.status.as_str().to_string(), retry_after)

@@ -12,7 +12,7 @@
 //! the instance sees as a client gone.
 
 use crate::answer::{Answer, AnswerBody};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::http::{HeaderValue, StatusCode, Uri};
 use bytes::{Buf, Bytes, BytesMut};
 use std::collections::HashMap;
 use std::io;
@@ -168,7 +168,8 @@ impl Http1Client {
         }));
         Answer {
             status: head.status,
-            headers: head.headers,
+            content_type: head.content_type,
+            retry_after: head.retry_after,
             body,
         }
     }
@@ -215,10 +216,15 @@ fn encode_post(
     out.extend_from_slice(body.len().to_string().as_bytes());
     out.extend_from_slice(b"\r\n");
     for (name, value) in headers {
-        HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| invalid(format!("{name:?} is not a header name")))?;
-        HeaderValue::from_str(value)
-            .map_err(|_| invalid(format!("{value:?} is not a header value")))?;
+        if name.is_empty() || !name.bytes().all(is_token_byte) {
+            return Err(invalid(format!("{name:?} is not a header name")));
+        }
+        if !value
+            .bytes()
+            .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+        {
+            return Err(invalid(format!("{value:?} is not a header value")));
+        }
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
@@ -229,10 +235,16 @@ fn encode_post(
     Ok(out)
 }
 
+/// Whether `b` may appear in a header name (RFC 9110's `tchar`).
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
 /// A response head: what the answer says and how its body is delimited.
 struct Head {
     status: StatusCode,
-    headers: HeaderMap,
+    content_type: Option<HeaderValue>,
+    retry_after: Option<HeaderValue>,
     framing: Framing,
     keep_alive: bool,
 }
@@ -320,23 +332,26 @@ fn parse_head(buf: &[u8]) -> io::Result<Option<(Head, usize)>> {
         .code
         .and_then(|c| StatusCode::from_u16(c).ok())
         .ok_or_else(|| broken("the answer has no valid status"))?;
-    let mut headers = HeaderMap::with_capacity(response.headers.len());
+    let (mut chunked, mut closes) = (false, response.version != Some(1));
+    let (mut content_length, mut content_type, mut retry_after) = (None, None, None);
+    let has = |value: &[u8], token: &str| {
+        std::str::from_utf8(value)
+            .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+    };
     for h in response.headers.iter() {
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(h.name.as_bytes()),
-            HeaderValue::from_bytes(h.value),
-        ) {
-            headers.append(name, value);
+        let is = |name: &str| h.name.eq_ignore_ascii_case(name);
+        if is("transfer-encoding") {
+            chunked |= has(h.value, "chunked");
+        } else if is("connection") {
+            closes |= has(h.value, "close");
+        } else if is("content-length") {
+            content_length = content_length.or(Some(h.value));
+        } else if is("content-type") {
+            content_type = content_type.or_else(|| HeaderValue::from_bytes(h.value).ok());
+        } else if is("retry-after") {
+            retry_after = retry_after.or_else(|| HeaderValue::from_bytes(h.value).ok());
         }
     }
-    let has = |name: &str, token: &str| {
-        headers.get_all(name).iter().any(|v| {
-            v.to_str()
-                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-        })
-    };
-    let chunked = has("transfer-encoding", "chunked");
-    let closes = has("connection", "close") || response.version != Some(1);
     let framing = if status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
@@ -344,9 +359,8 @@ fn parse_head(buf: &[u8]) -> io::Result<Option<(Head, usize)>> {
         Framing::Done
     } else if chunked {
         Framing::Chunked(ChunkState::Size)
-    } else if let Some(length) = headers.get("content-length") {
-        let length = length
-            .to_str()
+    } else if let Some(length) = content_length {
+        let length = std::str::from_utf8(length)
             .ok()
             .and_then(|v| v.trim().parse::<u64>().ok())
             .ok_or_else(|| broken("the answer's content-length is not a number"))?;
@@ -358,7 +372,8 @@ fn parse_head(buf: &[u8]) -> io::Result<Option<(Head, usize)>> {
     Ok(Some((
         Head {
             status,
-            headers,
+            content_type,
+            retry_after,
             framing,
             keep_alive,
         },
@@ -625,7 +640,7 @@ mod tests {
             (closing.framing, closing.keep_alive),
             (Framing::Length(3), false)
         );
-        assert_eq!(closing.headers["retry-after"], "2");
+        assert_eq!(closing.retry_after.unwrap(), "2");
         let until_close = head("HTTP/1.1 200 OK\r\n\r\n");
         assert_eq!(
             (until_close.framing, until_close.keep_alive),
@@ -646,5 +661,8 @@ mod tests {
             b"POST /v1/x HTTP/1.1\r\nhost: h:1\r\ncontent-length: 2\r\nx-request-id: abc\r\n\r\n{}"
         );
         assert!(encode_post("h:1", "/", &[("x-request-id", "a\r\nx: y")], b"").is_err());
+        assert!(encode_post("h:1", "/", &[("x-request-id", "caf\u{e9}")], b"").is_err());
+        assert!(encode_post("h:1", "/", &[("x-a b", "1")], b"").is_err());
+        assert!(encode_post("h:1", "/", &[("", "1")], b"").is_err());
     }
 }

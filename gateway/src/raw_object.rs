@@ -6,8 +6,9 @@
 use bytes::Bytes;
 use indexmap::IndexMap;
 use serde::de::{DeserializeOwned, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
+use std::borrow::Cow;
 
 /// A JSON object: member names in their order, each value as its raw JSON text. It
 /// deserializes from any JSON object; a repeated member keeps its last value, as in serde_json.
@@ -25,40 +26,54 @@ impl RawObject {
         serde_json::from_str(self.get(key)?.get()).ok()
     }
 
-    /// Sets member `key` to `value`, in its place when it is there, else at the end. The values
-    /// the gateway sets (numbers, strings, token ids, objects of those) always serialize.
-    pub fn set(&mut self, key: &str, value: &impl Serialize) {
-        if let Ok(raw) = serde_json::value::to_raw_value(value) {
-            self.0.insert(key.to_string(), raw);
-        }
-    }
-
-    /// Removes member `key` and returns its raw value, keeping the others in order.
-    pub fn remove(&mut self, key: &str) -> Option<Box<RawValue>> {
-        self.0.shift_remove(key)
-    }
-
-    /// The object as compact JSON text; values are copied as they came.
-    pub fn to_bytes(&self) -> Bytes {
+    /// The object as compact JSON text with `changes` made: a changed member keeps its place,
+    /// a new one goes at the end, and one changed to `None` is left out (of several changes to
+    /// one key, the last counts). Every other value is copied as it came.
+    pub fn to_bytes_with(&self, changes: &[Change]) -> Bytes {
+        let change = |key: &str| changes.iter().rev().find(|(k, _)| *k == key);
         let size: usize = self
             .0
             .iter()
-            .map(|(k, v)| k.len() + v.get().len() + 4)
+            .map(|(k, v)| k.len() + v.get().len())
+            .chain(
+                changes
+                    .iter()
+                    .map(|(k, v)| k.len() + v.as_ref().map_or(0, |v| v.len())),
+            )
+            .map(|len| len + 4)
             .sum();
         let mut out = Vec::with_capacity(size + 2);
         out.push(b'{');
-        for (i, (key, value)) in self.0.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
+        for (key, value) in &self.0 {
+            match change(key) {
+                None => write_member(&mut out, key, value.get()),
+                Some((_, Some(new))) => write_member(&mut out, key, new),
+                Some((_, None)) => {}
             }
-            // Writing a string to a Vec cannot fail.
-            let _ = serde_json::to_writer(&mut out, key);
-            out.push(b':');
-            out.extend_from_slice(value.get().as_bytes());
+        }
+        for (i, (key, value)) in changes.iter().enumerate() {
+            let last = !changes[i + 1..].iter().any(|(k, _)| k == key);
+            if let (Some(value), true, false) = (value, last, self.0.contains_key(*key)) {
+                write_member(&mut out, key, value);
+            }
         }
         out.push(b'}');
         Bytes::from(out)
     }
+}
+
+/// A member changed on the way out: its key and new JSON text, or `None` to leave it out.
+pub type Change<'a> = (&'a str, Option<Cow<'a, str>>);
+
+/// Appends `"key":value` to an object being written, after a comma unless it is the first.
+fn write_member(out: &mut Vec<u8>, key: &str, value: &str) {
+    if out.len() > 1 {
+        out.push(b',');
+    }
+    // Writing a string to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, key);
+    out.push(b':');
+    out.extend_from_slice(value.as_bytes());
 }
 
 impl<'de> Deserialize<'de> for RawObject {
@@ -94,10 +109,13 @@ mod tests {
         assert_eq!(object.get_as::<i64>("n"), Some(2));
         assert_eq!(object.get_as::<bool>("n"), None);
         assert_eq!(object.get_as::<i64>("absent"), None);
-        object.set("n", &1);
-        object.set("stream", &true);
-        assert!(object.remove("nested").is_some());
-        let printed: Value = serde_json::from_slice(&object.to_bytes()).unwrap();
+        let changes: [Change; 4] = [
+            ("n", Some("1".into())),
+            ("stream", Some("true".into())),
+            ("nested", None),
+            ("absent", None),
+        ];
+        let printed: Value = serde_json::from_slice(&object.to_bytes_with(&changes)).unwrap();
         assert_eq!(
             printed,
             json!({"model": "b", "prompt": "café \"x\"", "n": 1, "stream": true})
@@ -120,8 +138,8 @@ mod tests {
         assert_eq!(
             &serde_json::from_slice::<RawObject>(b"{}")
                 .unwrap()
-                .to_bytes()[..],
-            b"{}"
+                .to_bytes_with(&[("a", Some("1".into())), ("a", Some("2".into()))])[..],
+            b"{\"a\":2}"
         );
     }
 }

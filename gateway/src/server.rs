@@ -13,7 +13,8 @@ use crate::upstream::UpstreamRequest;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::middleware::from_fn;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -28,6 +29,10 @@ use switchyard_scheduler::service::{admin_only, SchedulerService};
 
 /// Longest `x-request-id` accepted.
 const MAX_REQUEST_ID_LEN: usize = 256;
+/// The request id's header, honoured and returned.
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// The header naming the instance that answered.
+const X_SWITCHYARD_INSTANCE: HeaderName = HeaderName::from_static("x-switchyard-instance");
 
 /// What the routes share.
 pub struct Gateway {
@@ -102,15 +107,15 @@ fn error(e: ApiError) -> Response {
     if let Some(seconds) = e.retry_after {
         response
             .headers_mut()
-            .insert("retry-after", HeaderValue::from(seconds));
+            .insert(RETRY_AFTER, HeaderValue::from(seconds));
     }
     response
 }
 
 /// The request id: a valid `x-request-id`, or a new one.
 fn request_id(headers: &HeaderMap) -> Result<String, ApiError> {
-    match headers.get("x-request-id") {
-        None => Ok(format!("{:032x}", rand::random::<u128>())),
+    match headers.get(X_REQUEST_ID) {
+        None => Ok(new_request_id()),
         Some(v) => match v.to_str() {
             Ok(s) if !s.is_empty() && s.len() <= MAX_REQUEST_ID_LEN && s.bytes().all(|b| b.is_ascii_graphic()) => Ok(s.to_string()),
             _ => Err(ApiError::invalid_request(format!(
@@ -118,6 +123,15 @@ fn request_id(headers: &HeaderMap) -> Result<String, ApiError> {
             ))),
         },
     }
+}
+
+/// A new request id: 32 random hexadecimal digits.
+fn new_request_id() -> String {
+    let bits = rand::random::<u128>();
+    (0..32)
+        .rev()
+        .map(|i| char::from(b"0123456789abcdef"[(bits >> (4 * i)) as usize & 15]))
+        .collect()
 }
 
 async fn handle(
@@ -153,7 +167,7 @@ async fn handle(
     };
     let (mut parts, body) = response.into_parts();
     if let Some(v) = id.and_then(|id| HeaderValue::from_str(&id).ok()) {
-        parts.headers.insert("x-request-id", v);
+        parts.headers.insert(X_REQUEST_ID, v);
     }
     Response::from_parts(parts, Body::new(GuardedBody::new(body, finish)))
 }
@@ -184,7 +198,7 @@ async fn admit_and_forward(
         e
     })?;
     let deadline = tokio::time::Instant::from_std(started + gateway.request_timeout);
-    let authorization = headers.get("authorization").and_then(|v| v.to_str().ok());
+    let authorization = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
     let key = gateway
         .admission
         .authenticate(authorization)
@@ -278,39 +292,35 @@ async fn admit_and_forward(
     );
     let mut response = if upstream.streams() {
         let mut r = Response::new(stream_body(session, observer));
-        r.headers_mut().insert(
-            "content-type",
-            HeaderValue::from_static("text/event-stream"),
-        );
         r.headers_mut()
-            .insert("cache-control", HeaderValue::from_static("no-cache"));
+            .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        r.headers_mut()
+            .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         r
     } else {
         let mut r = Response::new(Body::from(collect(session, observer).await?));
         r.headers_mut()
-            .insert("content-type", HeaderValue::from_static("application/json"));
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         r
     };
     response
         .headers_mut()
-        .insert("x-switchyard-instance", instance);
+        .insert(X_SWITCHYARD_INSTANCE, instance);
     Ok((response, id))
 }
 
 /// An upstream refusal, relayed as it came.
 fn passed_through(upstream: Answer, instance: HeaderValue) -> Response {
-    let content_type = upstream.headers.get("content-type").cloned();
-    let retry_after = upstream.headers.get("retry-after").cloned();
     let mut response = Response::new(Body::from_stream(upstream.body));
     *response.status_mut() = upstream.status;
     let headers = response.headers_mut();
-    if let Some(v) = content_type {
-        headers.insert("content-type", v);
+    if let Some(v) = upstream.content_type {
+        headers.insert(CONTENT_TYPE, v);
     }
-    if let Some(v) = retry_after {
-        headers.insert("retry-after", v);
+    if let Some(v) = upstream.retry_after {
+        headers.insert(RETRY_AFTER, v);
     }
-    headers.insert("x-switchyard-instance", instance);
+    headers.insert(X_SWITCHYARD_INSTANCE, instance);
     response
 }
 

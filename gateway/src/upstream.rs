@@ -5,9 +5,11 @@
 //! far, asking only for what is left.
 
 use crate::preprocess::Route;
-use crate::raw_object::RawObject;
+use crate::raw_object::{Change, RawObject};
 use bytes::Bytes;
+use serde::Serialize;
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use switchyard_protocol::schedule::EngineKind;
 
 /// A client's request, ready to be shaped for each upstream.
@@ -20,10 +22,7 @@ pub struct UpstreamRequest {
 }
 
 /// The `stream_options` of a client that sent none: usage on the last chunk.
-#[derive(serde::Serialize)]
-struct UsageAtTheEnd {
-    include_usage: bool,
-}
+const USAGE_AT_THE_END: &str = r#"{"include_usage":true}"#;
 
 /// What a resumed request continues from.
 #[derive(Debug, Clone, Copy)]
@@ -84,8 +83,8 @@ impl UpstreamRequest {
 
     /// The body for an instance of the pool serving `model`, of engine `kind`.
     pub fn for_pool(&self, model: &str, kind: EngineKind, resume: Option<Resume>) -> Bytes {
-        let mut body = self.streamed();
-        body.set("model", &model);
+        let mut changes = self.streamed();
+        set(&mut changes, "model", &model);
         let key = match (self.route, kind) {
             (Route::Completions, EngineKind::Switchyard | EngineKind::Vllm) => Some("prompt"),
             (Route::Chat, EngineKind::Switchyard) => Some("prompt_token_ids"),
@@ -93,39 +92,41 @@ impl UpstreamRequest {
         };
         match (key, self.prompt_ids.as_deref(), resume) {
             (Some(key), Some([one]), Some(resume)) => {
-                body.set(key, &[&one[..], resume.generated].concat());
+                set(&mut changes, key, &[&one[..], resume.generated].concat());
             }
-            (Some(key), Some([one]), None) => body.set(key, one),
-            (Some(key), Some(prompts), _) => body.set(key, &prompts),
+            (Some(key), Some([one]), None) => set(&mut changes, key, one),
+            (Some(key), Some(prompts), _) => set(&mut changes, key, &prompts),
             _ => {}
         }
         if let Some(resume) = resume {
             let done = resume.generated.len() as i64;
             let limit = match self.route {
-                Route::Completions => body.get_as::<i64>("max_tokens").or(Some(16)),
-                Route::Chat => body
-                    .remove("max_completion_tokens")
-                    .and_then(|v| serde_json::from_str::<i64>(v.get()).ok())
-                    .or_else(|| body.get_as::<i64>("max_tokens")),
+                Route::Completions => self.body.get_as::<i64>("max_tokens").or(Some(16)),
+                Route::Chat => {
+                    changes.push(("max_completion_tokens", None));
+                    self.body
+                        .get_as::<i64>("max_completion_tokens")
+                        .or_else(|| self.body.get_as::<i64>("max_tokens"))
+                }
             };
             if let Some(limit) = limit {
-                body.set("max_tokens", &(limit - done).max(0));
+                set(&mut changes, "max_tokens", &(limit - done).max(0));
             }
-            if let Some(min) = body.get_as::<i64>("min_tokens") {
-                body.set("min_tokens", &(min - done).max(0));
+            if let Some(min) = self.body.get_as::<i64>("min_tokens") {
+                set(&mut changes, "min_tokens", &(min - done).max(0));
             }
-            body.remove("echo");
+            changes.push(("echo", None));
         }
-        body.to_bytes()
+        self.body.to_bytes_with(&changes)
     }
 
     /// The body for an external endpoint, naming `model` there if given.
     pub fn for_endpoint(&self, model: Option<&str>) -> Bytes {
-        let mut body = self.streamed();
+        let mut changes = self.streamed();
         if let Some(model) = model {
-            body.set("model", &model);
+            set(&mut changes, "model", &model);
         }
-        body.to_bytes()
+        self.body.to_bytes_with(&changes)
     }
 
     /// The client's `stream_options`, if it sent an object.
@@ -135,23 +136,25 @@ impl UpstreamRequest {
             .unwrap_or_default()
     }
 
-    /// The client's body, streamed with usage at the end.
-    fn streamed(&self) -> RawObject {
-        let mut body = self.body.clone();
-        body.set("stream", &true);
+    /// The changes that make the client's body streamed, with usage at the end.
+    fn streamed(&self) -> Vec<Change<'static>> {
+        let mut changes = vec![("stream", Some(Cow::Borrowed("true")))];
         if self.body.get("stream_options").is_some() {
             let mut options = self.stream_options();
             options.insert("include_usage".into(), true.into());
-            body.set("stream_options", &options);
+            set(&mut changes, "stream_options", &options);
         } else {
-            body.set(
-                "stream_options",
-                &UsageAtTheEnd {
-                    include_usage: true,
-                },
-            );
+            changes.push(("stream_options", Some(Cow::Borrowed(USAGE_AT_THE_END))));
         }
-        body
+        changes
+    }
+}
+
+/// Changes member `key` to `value`. The values the gateway sets (numbers, strings, token ids,
+/// objects of those) always serialize.
+fn set(changes: &mut Vec<Change>, key: &'static str, value: &impl Serialize) {
+    if let Ok(text) = serde_json::to_string(value) {
+        changes.push((key, Some(Cow::Owned(text))));
     }
 }
 
