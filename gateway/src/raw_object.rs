@@ -104,7 +104,7 @@ mod tests {
     #[test]
     fn members_are_read_rewritten_and_printed_in_order() {
         let text = br#"{"model": "a", "prompt": "caf\u00e9 \"x\"", "n": 2, "model": "b", "nested": {"k": [1, 2.5, null]}}"#;
-        let mut object = serde_json::from_slice::<RawObject>(text).unwrap();
+        let object = serde_json::from_slice::<RawObject>(text).unwrap();
         assert_eq!(object.get_as::<String>("model").as_deref(), Some("b"));
         assert_eq!(object.get_as::<i64>("n"), Some(2));
         assert_eq!(object.get_as::<bool>("n"), None);
