@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use switchyard_gateway::assemble::Assembler;
-use switchyard_gateway::chunk::ChunkView;
+use switchyard_gateway::chunk::{ChunkView, HeadKept};
 use switchyard_gateway::preprocess::Route;
 use switchyard_gateway::sse::SseSplitter;
 
@@ -13,6 +13,7 @@ fn events(pieces: &[&[u8]]) -> Vec<(Option<Vec<u8>>, Vec<u32>)> {
     let mut splitter = SseSplitter::default();
     let mut assembler = Assembler::new(Route::Chat);
     let mut out = Vec::new();
+    let mut kept = HeadKept::default();
     for piece in pieces {
         splitter.push(piece);
         while let Some(event) = splitter.next_event() {
@@ -23,7 +24,8 @@ fn events(pieces: &[&[u8]]) -> Vec<(Option<Vec<u8>>, Vec<u32>)> {
                         let _ = c.new_text();
                     });
                 }
-                if let Some(view) = ChunkView::parse_for_assembly(data) {
+                if let Some(view) = ChunkView::parse_for_assembly(data, kept) {
+                    kept.add(&view);
                     assembler.push(view);
                 }
             }

@@ -206,13 +206,17 @@ fn merge(acc: &mut Value, new: &Value, key: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chunk::HeadKept;
     use serde_json::json;
 
     /// The answer assembled from `chunks`, each read the way the relay reads it.
     fn assemble(route: Route, chunks: &[Value]) -> Value {
         let mut a = Assembler::new(route);
+        let mut kept = HeadKept::default();
         for chunk in chunks {
-            a.push(ChunkView::parse_for_assembly(chunk.to_string().as_bytes()).unwrap());
+            let view = ChunkView::parse_for_assembly(chunk.to_string().as_bytes(), kept).unwrap();
+            kept.add(&view);
+            a.push(view);
         }
         serde_json::from_slice(&a.finish()).unwrap()
     }

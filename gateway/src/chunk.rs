@@ -67,17 +67,20 @@ pub struct UsageView {
 impl ChunkView {
     /// Reads what the relay watches of a chunk; `None` if it is not a chunk.
     pub fn parse(data: &[u8]) -> Option<ChunkView> {
-        Self::read(data, false)
+        Self::read(data, false, HeadKept::default())
     }
 
-    /// Reads a chunk keeping everything its assembly needs; `None` if it is not a chunk.
-    pub fn parse_for_assembly(data: &[u8]) -> Option<ChunkView> {
-        Self::read(data, true)
+    /// Reads a chunk keeping everything its assembly needs but the head fields it `kept`
+    /// already; `None` if it is not a chunk.
+    pub fn parse_for_assembly(data: &[u8], kept: HeadKept) -> Option<ChunkView> {
+        Self::read(data, true, kept)
     }
 
-    fn read(data: &[u8], keep: bool) -> Option<ChunkView> {
-        let mut de = serde_json::Deserializer::from_slice(data);
-        let view = Keep(keep, Kind::Chunk).deserialize(&mut de).ok()?;
+    fn read(data: &[u8], keep: bool, kept: HeadKept) -> Option<ChunkView> {
+        // Checked whole once, the chunk's strings are not checked again one by one.
+        let text = std::str::from_utf8(data).ok()?;
+        let mut de = serde_json::Deserializer::from_str(text);
+        let view = Keep(keep, Kind::Chunk(kept)).deserialize(&mut de).ok()?;
         de.end().ok()?;
         match view {
             Read::Chunk(view) => Some(view),
@@ -106,10 +109,30 @@ impl ChoiceView {
     }
 }
 
+/// The head fields an assembly has already kept, which later chunks need not keep again.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HeadKept(u8);
+
+impl HeadKept {
+    /// Notes the head fields `view` kept.
+    pub fn add(&mut self, view: &ChunkView) {
+        for (name, _) in &view.head {
+            if let Some(i) = HEAD_FIELDS.iter().position(|f| f == name) {
+                self.0 |= 1 << i;
+            }
+        }
+    }
+
+    fn has(self, field: usize) -> bool {
+        self.0 & (1 << field) != 0
+    }
+}
+
 /// Which object a [`Keep`] reads.
 #[derive(Clone, Copy)]
 enum Kind {
-    Chunk,
+    /// A chunk, for an assembly that already kept these head fields.
+    Chunk(HeadKept),
     Choice,
     Delta,
 }
@@ -230,7 +253,7 @@ impl<'de> Visitor<'de> for Keep {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Read, A::Error> {
         let Keep(keep, kind) = self;
         match kind {
-            Kind::Chunk => {
+            Kind::Chunk(kept) => {
                 let mut chunk = ChunkView::default();
                 while let Some(Key(key)) = map.next_key()? {
                     match key.as_ref() {
@@ -250,10 +273,14 @@ impl<'de> Visitor<'de> for Keep {
                         }
                         "usage" => chunk.usage = map.next_value()?,
                         "error" if keep => chunk.error = Some(map.next_value()?),
-                        name => match HEAD_FIELDS.iter().find(|f| keep && **f == name) {
-                            Some(field) => {
+                        name => match HEAD_FIELDS
+                            .iter()
+                            .position(|f| *f == name)
+                            .filter(|i| keep && !kept.has(*i))
+                        {
+                            Some(i) => {
                                 if let Some(raw) = raw_unless_null(&mut map)? {
-                                    chunk.head.push((field, raw));
+                                    chunk.head.push((HEAD_FIELDS[i], raw));
                                 }
                             }
                             None => {
@@ -323,7 +350,7 @@ mod tests {
             "logprobs":{"content":[]},"finish_reason":null,"stop_reason":null}],
             "usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#;
         let lean = ChunkView::parse(chunk).unwrap();
-        let kept = ChunkView::parse_for_assembly(chunk).unwrap();
+        let kept = ChunkView::parse_for_assembly(chunk, HeadKept::default()).unwrap();
         for view in [&lean, &kept] {
             assert_eq!(view.choices.len(), 1);
             assert_eq!(view.choices[0].index, 1);
@@ -348,7 +375,12 @@ mod tests {
         assert_eq!(delta.role.as_deref(), Some("assistant"));
         assert_eq!(delta.extra.len(), 1);
         assert!(kept.raw_usage.is_some());
-        let error = ChunkView::parse_for_assembly(br#"{"error":{"message":"boom"}}"#).unwrap();
+        let mut head = HeadKept::default();
+        head.add(&kept);
+        let again = ChunkView::parse_for_assembly(chunk, head).unwrap();
+        assert!(again.head.is_empty() && again.raw_usage.is_some());
+        let error = ChunkView::parse_for_assembly(br#"{"error":{"message":"boom"}}"#, head);
+        let error = error.unwrap();
         assert!(error.error.is_some() && error.choices.is_empty());
         for bad in [
             &b"[1]"[..],
@@ -357,7 +389,7 @@ mod tests {
             b"{\"choices\":[{\"index\":-1}]}",
         ] {
             assert!(ChunkView::parse(bad).is_none());
-            assert!(ChunkView::parse_for_assembly(bad).is_none());
+            assert!(ChunkView::parse_for_assembly(bad, HeadKept::default()).is_none());
         }
         assert!(ChunkView::parse(br#"{"choices":null,"usage":null}"#).is_some());
     }

@@ -66,7 +66,10 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             "The request body is empty; expected JSON.",
         ));
     }
-    serde_json::from_slice(body)
+    // Checked whole once, the text's strings are not checked again one by one.
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::invalid_request("The request body is not valid UTF-8."))?;
+    serde_json::from_str(text)
         .map_err(|e| ApiError::invalid_request(format!("Invalid JSON body: {e}")))
 }
 

@@ -6,7 +6,7 @@
 
 use crate::answer::AnswerBody;
 use crate::assemble::Assembler;
-use crate::chunk::ChunkView;
+use crate::chunk::{ChunkView, HeadKept};
 use crate::forward::{Forwarder, Opened, PoolAsk, ReleaseOnDrop};
 use crate::metrics::GatewayMetrics;
 use crate::observe::RelayObserver;
@@ -67,8 +67,9 @@ pub struct Session {
     held: Option<Bytes>,
     /// Choices that ended so far.
     finished: usize,
-    /// Whether chunks are read keeping what their assembly into one answer needs.
-    for_assembly: bool,
+    /// Set when chunks are read keeping what their assembly into one answer needs: the head
+    /// fields kept so far.
+    assembly: Option<HeadKept>,
     /// Whether the current upstream has sent a chunk (it is past its prefill).
     upstream_started: bool,
     /// When the current upstream last sent bytes (or was opened).
@@ -113,7 +114,7 @@ impl Session {
             last_chunk: None,
             held: None,
             finished: 0,
-            for_assembly: false,
+            assembly: None,
             upstream_started: false,
             last_heard: tokio::time::Instant::now(),
             alarm: Box::pin(tokio::time::sleep_until(deadline)),
@@ -121,11 +122,14 @@ impl Session {
     }
 
     /// Reads a chunk, keeping what assembly needs if the answer is being assembled.
-    fn read(&self, data: &[u8]) -> Option<ChunkView> {
-        if self.for_assembly {
-            ChunkView::parse_for_assembly(data)
-        } else {
-            ChunkView::parse(data)
+    fn read(&mut self, data: &[u8]) -> Option<ChunkView> {
+        match &mut self.assembly {
+            Some(kept) => {
+                let view = ChunkView::parse_for_assembly(data, *kept)?;
+                kept.add(&view);
+                Some(view)
+            }
+            None => ChunkView::parse(data),
         }
     }
 
@@ -463,7 +467,7 @@ pub async fn collect(
     mut session: Session,
     mut observer: RelayObserver,
 ) -> Result<Vec<u8>, ApiError> {
-    session.for_assembly = true;
+    session.assembly = Some(HeadKept::default());
     let mut assembler = Assembler::new(session.upstream.route());
     let mut timer = WorkTimer {
         metrics: session.metrics.clone(),

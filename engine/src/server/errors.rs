@@ -69,11 +69,12 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             "The request body is empty; expected JSON.",
         ));
     }
-    if std::str::from_utf8(bytes).is_err() {
+    // Checked whole once, the text's strings are not checked again one by one.
+    let Ok(text) = std::str::from_utf8(bytes) else {
         return Err(ApiError::invalid_request(
             "The request body is not valid UTF-8.",
         ));
-    }
-    serde_json::from_slice(bytes)
+    };
+    serde_json::from_str(text)
         .map_err(|e| ApiError::invalid_request(format!("Invalid JSON body: {e}")))
 }
