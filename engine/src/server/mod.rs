@@ -6,6 +6,7 @@ mod completions;
 pub mod errors;
 mod generation;
 mod params;
+mod sse;
 mod streams;
 
 use crate::instance::Instance;
@@ -13,12 +14,11 @@ use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use errors::{BodyLimit, HttpError, OpenAiJson};
-use futures::{Stream, StreamExt};
+use sse::{sse_response, Payload};
 use std::sync::Arc;
 use switchyard_protocol::openai::*;
 
@@ -148,50 +148,6 @@ fn unix_seconds() -> u64 {
 /// Whether a request asked for token ids in its stream ([`switchyard_protocol::TOKEN_IDS_HEADER`]).
 fn wants_token_ids(headers: &axum::http::HeaderMap) -> bool {
     headers.contains_key(switchyard_protocol::TOKEN_IDS_HEADER)
-}
-
-/// One streamed payload: its JSON, and the ids of the tokens it carries.
-struct Payload {
-    data: String,
-    token_ids: Vec<u32>,
-}
-
-impl Payload {
-    /// A payload that carries no new tokens.
-    fn plain(data: String) -> Self {
-        Payload {
-            data,
-            token_ids: Vec::new(),
-        }
-    }
-}
-
-/// How long a stream may go without an event before it carries a keep-alive comment (while a
-/// request waits or prefills), so that a router can tell a busy engine from a stalled one.
-const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// An SSE response of JSON payloads, ended by `[DONE]`; with `token_ids`, each event that
-/// carries tokens names them in a comment line. A keep-alive comment fills every second
-/// without an event.
-fn sse_response(
-    payloads: impl Stream<Item = Payload> + Send + 'static,
-    token_ids: bool,
-) -> Response {
-    let events = payloads
-        .chain(futures::stream::once(async {
-            Payload::plain("[DONE]".to_string())
-        }))
-        .map(move |payload| {
-            let mut event = Event::default();
-            if token_ids && !payload.token_ids.is_empty() {
-                let ids: Vec<String> = payload.token_ids.iter().map(u32::to_string).collect();
-                event = event.comment(format!("token_ids {}", ids.join(",")));
-            }
-            Ok::<_, std::convert::Infallible>(event.data(payload.data))
-        });
-    Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
-        .into_response()
 }
 
 async fn not_found(req: Request) -> HttpError {
