@@ -175,6 +175,7 @@ pub async fn chat_completions(
         model,
         &instance,
         params.sampling.logprobs.is_some(),
+        "chat.completion.chunk",
     );
     if !params.stream {
         let choices = generation
@@ -222,7 +223,7 @@ pub async fn chat_completions(
             yield Payload { data, token_ids: update.tokens };
         }
         if include_usage {
-            yield Payload::plain(shape.usage_chunk("chat.completion.chunk", generation.usage()));
+            yield Payload::plain(shape.usage_chunk(generation.usage()));
         }
     };
     Ok(sse_response(stream, token_ids))
@@ -237,21 +238,14 @@ impl ResponseShape {
         finish: Option<(FinishReason, Option<StopReason>)>,
         usage: Option<Usage>,
     ) -> String {
-        serde_json::to_string(&ChatCompletionChunk {
-            id: self.id.clone(),
-            object: "chat.completion.chunk".into(),
-            created: self.created,
-            model: self.model.clone(),
-            choices: vec![ChatChunkChoice {
-                index,
-                delta,
-                logprobs,
-                finish_reason: finish.as_ref().map(|f| f.0),
-                stop_reason: finish.and_then(|f| f.1),
-            }],
-            usage,
-        })
-        .unwrap_or_default()
+        let choice = ChatChunkChoice {
+            index,
+            delta,
+            logprobs,
+            finish_reason: finish.as_ref().map(|f| f.0),
+            stop_reason: finish.and_then(|f| f.1),
+        };
+        self.chunk(&[choice], usage.as_ref())
     }
 
     fn chat_logprobs(&self, tokens: &[TokenLogprobs]) -> Vec<TokenLogprob> {

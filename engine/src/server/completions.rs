@@ -82,6 +82,7 @@ pub async fn completions(
         model,
         &instance,
         params.sampling.logprobs.is_some(),
+        "text_completion",
     );
     if !params.stream {
         let collected = generation.collect().await;
@@ -133,7 +134,7 @@ pub async fn completions(
             yield Payload { data, token_ids: update.tokens };
         }
         if include_usage {
-            yield Payload::plain(shape.usage_chunk("text_completion", generation.usage()));
+            yield Payload::plain(shape.usage_chunk(generation.usage()));
         }
     };
     Ok(sse_response(stream, token_ids))
@@ -148,21 +149,14 @@ impl ResponseShape {
         finish: Option<(FinishReason, Option<StopReason>)>,
         usage: Option<Usage>,
     ) -> String {
-        let body = CompletionResponse {
-            id: self.id.clone(),
-            object: "text_completion".into(),
-            created: self.created,
-            model: self.model.clone(),
-            choices: vec![CompletionChoice {
-                index,
-                text,
-                logprobs,
-                finish_reason: finish.as_ref().map(|f| f.0),
-                stop_reason: finish.and_then(|f| f.1),
-            }],
-            usage,
+        let choice = CompletionChoice {
+            index,
+            text,
+            logprobs,
+            finish_reason: finish.as_ref().map(|f| f.0),
+            stop_reason: finish.and_then(|f| f.1),
         };
-        serde_json::to_string(&body).unwrap_or_default()
+        self.chunk(&[choice], usage.as_ref())
     }
 
     fn extend_logprobs(

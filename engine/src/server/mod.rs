@@ -101,42 +101,57 @@ struct ResponseShape {
     id: String,
     created: u64,
     model: String,
+    /// A stream chunk's JSON up to its choices (`{"id":...,"model":...,"choices":`), written
+    /// once for the whole stream.
+    chunk_head: String,
     tokenizer: Arc<crate::tokenizer::Tokenizer>,
     logprobs: bool,
 }
 
 impl ResponseShape {
-    /// The last chunk of a stream with `include_usage`: no choices, the request's usage.
-    fn usage_chunk(&self, object: &str, usage: Usage) -> String {
-        /// The usage chunk's fields, written without building a JSON tree.
-        #[derive(serde::Serialize)]
-        struct UsageChunk<'a> {
-            id: &'a str,
-            object: &'a str,
-            created: u64,
-            model: &'a str,
-            choices: [(); 0],
-            usage: Usage,
-        }
-        serde_json::to_string(&UsageChunk {
-            id: &self.id,
-            object,
-            created: self.created,
-            model: &self.model,
-            choices: [],
-            usage,
-        })
-        .unwrap_or_default()
-    }
-
-    fn new(id: String, model: String, instance: &Instance, logprobs: bool) -> Self {
+    /// The shape of request `id`'s answers, whose stream chunks are `chunk_object`s.
+    fn new(
+        id: String,
+        model: String,
+        instance: &Instance,
+        logprobs: bool,
+        chunk_object: &str,
+    ) -> Self {
+        let created = unix_seconds();
+        let text = |s: &str| serde_json::to_string(s).unwrap_or_default();
+        let chunk_head = format!(
+            r#"{{"id":{},"object":{},"created":{created},"model":{},"choices":"#,
+            text(&id),
+            text(chunk_object),
+            text(&model)
+        );
         ResponseShape {
             id,
-            created: unix_seconds(),
+            created,
             model,
+            chunk_head,
             tokenizer: instance.tokenizer.clone(),
             logprobs,
         }
+    }
+
+    /// A stream chunk with `choices` (a JSON list) and `usage`.
+    fn chunk(&self, choices: &impl serde::Serialize, usage: Option<&Usage>) -> String {
+        let mut out = Vec::with_capacity(self.chunk_head.len() + 192);
+        out.extend_from_slice(self.chunk_head.as_bytes());
+        // Writing to a Vec fails only for values that cannot be JSON, and these always can.
+        let _ = serde_json::to_writer(&mut out, choices);
+        if let Some(usage) = usage {
+            out.extend_from_slice(br#","usage":"#);
+            let _ = serde_json::to_writer(&mut out, usage);
+        }
+        out.push(b'}');
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// The last chunk of a stream with `include_usage`: no choices, the request's usage.
+    fn usage_chunk(&self, usage: Usage) -> String {
+        self.chunk(&[(); 0], Some(&usage))
     }
 }
 
