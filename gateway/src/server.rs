@@ -128,10 +128,11 @@ fn request_id(headers: &HeaderMap) -> Result<String, ApiError> {
 /// A new request id: 32 random hexadecimal digits.
 fn new_request_id() -> String {
     let bits = rand::random::<u128>();
-    (0..32)
+    let digits: Vec<u8> = (0..32)
         .rev()
-        .map(|i| char::from(b"0123456789abcdef"[(bits >> (4 * i)) as usize & 15]))
-        .collect()
+        .map(|i| b"0123456789abcdef"[(bits >> (4 * i)) as usize & 15])
+        .collect();
+    String::from_utf8(digits).unwrap_or_default()
 }
 
 async fn handle(
