@@ -6,6 +6,7 @@ use prometheus::{
     Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     Opts, Registry, TextEncoder,
 };
+use std::sync::OnceLock;
 use switchyard_protocol::schedule::InferStage;
 
 /// Stage-duration buckets (milliseconds).
@@ -29,6 +30,16 @@ const TOKEN_MS: &[f64] = &[
     1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 500.0,
 ];
 
+/// The `selected_instance_*` series of one stage.
+struct SelectedSeries {
+    kv_usage: Histogram,
+    decode_batch: Histogram,
+    prefills: Histogram,
+    decodes: Histogram,
+    ttft: Histogram,
+    tpot: Histogram,
+}
+
 /// How a gauge reads its value from an instance's view.
 type Reading = fn(&InstanceView) -> f64;
 
@@ -46,6 +57,8 @@ pub struct SchedulerMetrics {
     decodes: HistogramVec,
     ttft: HistogramVec,
     tpot: HistogramVec,
+    /// The six families above, resolved for each stage the first time it is placed.
+    selected: [OnceLock<SelectedSeries>; 3],
     cms: Vec<(GaugeVec, Reading)>,
     lrs: Vec<(GaugeVec, Reading)>,
 }
@@ -240,6 +253,7 @@ impl SchedulerMetrics {
                 "Predicted TPOT on the chosen instance, ms.",
                 TOKEN_MS,
             )?,
+            selected: Default::default(),
             scheduling,
             failed,
             tracked,
@@ -247,6 +261,21 @@ impl SchedulerMetrics {
             cms,
             lrs,
             registry: reg,
+        })
+    }
+
+    /// The `selected_instance_*` series of `stage`.
+    fn selected(&self, stage: InferStage) -> &SelectedSeries {
+        self.selected[stage as usize].get_or_init(|| {
+            let s = [stage.as_str()];
+            SelectedSeries {
+                kv_usage: self.kv_usage.with_label_values(&s),
+                decode_batch: self.decode_batch.with_label_values(&s),
+                prefills: self.prefills.with_label_values(&s),
+                decodes: self.decodes.with_label_values(&s),
+                ttft: self.ttft.with_label_values(&s),
+                tpot: self.tpot.with_label_values(&s),
+            }
         })
     }
 
@@ -261,25 +290,13 @@ impl SchedulerMetrics {
         match result {
             Ok(p) => {
                 self.scheduling.inc();
-                let s = [stage.as_str()];
-                self.kv_usage
-                    .with_label_values(&s)
-                    .observe(p.metrics.kv_usage_projected);
-                self.decode_batch
-                    .with_label_values(&s)
-                    .observe(p.metrics.decode_batch);
-                self.prefills
-                    .with_label_values(&s)
-                    .observe(p.metrics.all_prefill_tokens);
-                self.decodes
-                    .with_label_values(&s)
-                    .observe(p.metrics.decode_tokens);
-                self.ttft
-                    .with_label_values(&s)
-                    .observe(p.metrics.predicted_ttft * 1000.0);
-                self.tpot
-                    .with_label_values(&s)
-                    .observe(p.metrics.predicted_tpot * 1000.0);
+                let series = self.selected(stage);
+                series.kv_usage.observe(p.metrics.kv_usage_projected);
+                series.decode_batch.observe(p.metrics.decode_batch);
+                series.prefills.observe(p.metrics.all_prefill_tokens);
+                series.decodes.observe(p.metrics.decode_tokens);
+                series.ttft.observe(p.metrics.predicted_ttft * 1000.0);
+                series.tpot.observe(p.metrics.predicted_tpot * 1000.0);
             }
             Err(e) => self.failed.with_label_values(&[e.label()]).inc(),
         }
