@@ -320,6 +320,7 @@ impl Cluster {
                         infer_stage: InferStage::Neutral,
                         exclude: Vec::new(),
                         gateway: None,
+                        released: Vec::new(),
                     };
                     let placement = match self.scheduler.schedule(&ask, now) {
                         Ok(p) => p,

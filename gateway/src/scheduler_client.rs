@@ -1,8 +1,10 @@
 //! How the gateway asks for placements: the scheduler in process (`switchyard serve`), or a
 //! remote one over HTTP (`switchyard gateway --scheduler URL`). While a remote scheduler cannot
 //! be reached, requests go round-robin over the instances it last reported schedulable, and the
-//! scheduler is tried again a second later. The instance list is an admin endpoint: a gateway
-//! reads it with its own `--admin-key`, the same key as the scheduler's.
+//! scheduler is tried again a second later. A remote scheduler learns of ended requests with the
+//! gateway's next placement request, or in a `/v1/release` of their own when none comes within a
+//! few milliseconds. The instance list is an admin endpoint: a gateway reads it with its own
+//! `--admin-key`, the same key as the scheduler's.
 
 use crate::answer::post_with_reqwest;
 use crate::http1_client::Http1Client;
@@ -56,11 +58,17 @@ pub struct RemoteScheduler {
     known: Mutex<Vec<KnownInstance>>,
     down_until: Mutex<Option<Instant>>,
     cursor: AtomicU64,
-    releases: tokio::sync::mpsc::UnboundedSender<String>,
+    /// Ended requests not yet released: the next `/v1/schedule` carries them, or after
+    /// [`RELEASE_LINGER`] without one, a `/v1/release`.
+    released: Mutex<Vec<String>>,
+    /// Wakes the task that sends releases no placement took along.
+    release_due: tokio::sync::mpsc::Sender<()>,
 }
 
 /// Most releases sent in one batch.
 const RELEASE_BATCH: usize = 256;
+/// How long an ended request waits for a placement request to carry its release.
+const RELEASE_LINGER: Duration = Duration::from_millis(2);
 
 impl SchedulerClient {
     /// Places a request.
@@ -91,7 +99,7 @@ impl RemoteScheduler {
         gateway_id: String,
         admin_key: Option<Secret>,
     ) -> Arc<RemoteScheduler> {
-        let (releases, pending) = tokio::sync::mpsc::unbounded_channel();
+        let (release_due, due) = tokio::sync::mpsc::channel(1);
         let remote = Arc::new(RemoteScheduler {
             client: reqwest::Client::builder()
                 .pool_idle_timeout(switchyard_http::CLIENT_IDLE_TIMEOUT)
@@ -107,9 +115,10 @@ impl RemoteScheduler {
             known: Mutex::new(Vec::new()),
             down_until: Mutex::new(None),
             cursor: AtomicU64::new(0),
-            releases,
+            released: Mutex::new(Vec::new()),
+            release_due,
         });
-        tokio::spawn(send_releases(Arc::downgrade(&remote), pending));
+        tokio::spawn(send_releases(Arc::downgrade(&remote), due));
         let refreshing = Arc::downgrade(&remote);
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(REFRESH_EVERY);
@@ -201,7 +210,12 @@ impl RemoteScheduler {
 
     async fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ApiError> {
         if !self.scheduler_down() {
-            match self.ask(req).await {
+            let released = self.take_released();
+            let carrying = (!released.is_empty()).then(|| ScheduleRequest {
+                released,
+                ..req.clone()
+            });
+            match self.ask(carrying.as_ref().unwrap_or(req)).await {
                 Ok((status, body)) if status.is_success() => {
                     if let Ok(decision) = serde_json::from_slice::<ScheduleDecision>(&body) {
                         return Ok(decision);
@@ -223,10 +237,15 @@ impl RemoteScheduler {
                     }
                     return Err(err);
                 }
-                Err(e) => tracing::warn!(
-                    "scheduler {} unreachable ({e}); routing round-robin",
-                    self.base
-                ),
+                Err(e) => {
+                    if let Some(carrying) = carrying {
+                        self.queue_releases(carrying.released);
+                    }
+                    tracing::warn!(
+                        "scheduler {} unreachable ({e}); routing round-robin",
+                        self.base
+                    )
+                }
             }
             *self.down_until.lock().unwrap_or_else(|p| p.into_inner()) =
                 Some(Instant::now() + RETRY_SCHEDULER_AFTER);
@@ -260,41 +279,57 @@ impl RemoteScheduler {
         })
     }
 
-    /// Queues a release; they go out in batches, one request at a time.
+    /// Queues a release for the next placement request, or for a `/v1/release` if none comes
+    /// within [`RELEASE_LINGER`].
     fn release(&self, request_id: &str) {
-        let _ = self.releases.send(request_id.to_string());
+        self.queue_releases(vec![request_id.to_string()]);
+    }
+
+    fn queue_releases(&self, request_ids: Vec<String>) {
+        self.released
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(request_ids);
+        // A full channel means a wake-up is already on its way.
+        let _ = self.release_due.try_send(());
+    }
+
+    fn take_released(&self) -> Vec<String> {
+        std::mem::take(&mut *self.released.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
-/// Sends queued releases: whatever accumulated while the previous batch was on its way goes in
-/// the next one, so a busy gateway sends few release requests and an idle one sends each at once.
+/// Sends the releases that no placement request took along within [`RELEASE_LINGER`]: a busy
+/// gateway's releases ride on its next `/v1/schedule`, an idle one's go out on their own.
 async fn send_releases(
     remote: std::sync::Weak<RemoteScheduler>,
-    mut pending: tokio::sync::mpsc::UnboundedReceiver<String>,
+    mut due: tokio::sync::mpsc::Receiver<()>,
 ) {
-    let mut ids = Vec::with_capacity(RELEASE_BATCH);
-    while pending.recv_many(&mut ids, RELEASE_BATCH).await > 0 {
+    while due.recv().await.is_some() {
+        tokio::time::sleep(RELEASE_LINGER).await;
         let Some(remote) = remote.upgrade() else {
             return;
         };
-        if remote.scheduler_down() {
-            // A lost release expires in the scheduler after its dispatch TTL.
-            ids.clear();
+        let ids = remote.take_released();
+        // While the scheduler is down, a lost release expires there after its dispatch TTL.
+        if ids.is_empty() || remote.scheduler_down() {
             continue;
         }
-        let batch: Vec<ReleaseRequest> = ids
-            .drain(..)
-            .map(|request_id| ReleaseRequest {
-                request_id,
-                gateway: Some(remote.gateway_id.clone()),
-            })
-            .collect();
-        let _ = remote
-            .client
-            .post(format!("{}/v1/release", remote.base))
-            .json(&batch)
-            .timeout(SCHEDULE_TIMEOUT)
-            .send()
-            .await;
+        for batch in ids.chunks(RELEASE_BATCH) {
+            let batch: Vec<ReleaseRequest> = batch
+                .iter()
+                .map(|request_id| ReleaseRequest {
+                    request_id: request_id.clone(),
+                    gateway: Some(remote.gateway_id.clone()),
+                })
+                .collect();
+            let _ = remote
+                .client
+                .post(format!("{}/v1/release", remote.base))
+                .json(&batch)
+                .timeout(SCHEDULE_TIMEOUT)
+                .send()
+                .await;
+        }
     }
 }

@@ -54,6 +54,10 @@ pub struct ScheduleRequest {
     /// The gateway asking, so its accounting can be reclaimed if it disappears.
     #[serde(default)]
     pub gateway: Option<String>,
+    /// Requests of the same gateway that ended since it last asked: released before this one is
+    /// placed, instead of each in a `/v1/release` of its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub released: Vec<String>,
 }
 
 /// What kind of engine an instance runs, which decides how its state is read and what its API

@@ -476,3 +476,21 @@ fn an_engine_profile_is_the_prior_until_real_steps_arrive() {
         "one step of 1000 prefill tokens: {ttft} ms"
     );
 }
+
+#[test]
+fn a_placement_request_releases_what_it_carries_first() {
+    use switchyard_scheduler::service::{unix_now, ScheduleApi, SchedulerService};
+    let mut s = cluster(Policy::LeastRequests, 1);
+    s.on_status("i0", idle(), unix_now());
+    let service = SchedulerService::new(s, false).unwrap();
+    let in_flight = || service.instances()[0].in_flight.requests;
+    service.schedule(&request("a", &[1, 2, 3])).unwrap();
+    service.schedule(&request("b", &[1, 2, 3])).unwrap();
+    assert_eq!(in_flight(), 2);
+    let carrying = ScheduleRequest {
+        released: vec!["a".into(), "b".into(), "never-placed".into()],
+        ..request("c", &[1, 2, 3])
+    };
+    service.schedule(&carrying).unwrap();
+    assert_eq!(in_flight(), 1, "a and b released, c placed");
+}

@@ -1,5 +1,5 @@
-//! Engines, scheduler and gateway as separate processes: the gateway keeps serving while the
-//! scheduler is down (round-robin over the instances it last knew) and goes back to it when it
+//! Engines, scheduler and gateway as separate processes: the scheduler hears of every request
+//! that ended, and the gateway keeps serving while the scheduler is down (round-robin over the instances it last knew) and goes back to it when it
 //! returns.
 
 use serde_json::json;
@@ -48,6 +48,22 @@ async fn the_gateway_survives_its_scheduler() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(ok, "the gateway answers through the scheduler");
+    // Ended requests are released: each with the next placement request, the last on its own.
+    for _ in 0..5 {
+        assert_eq!(complete(&client, &base).await, 200);
+    }
+    let mut tracked = f64::NAN;
+    for _ in 0..100 {
+        tracked = metric_value(
+            &metrics_text(&client, &scheduler_url).await,
+            "scheduler_tracked_requests",
+        );
+        if tracked == 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(tracked, 0.0, "every placed request is released");
     // Let the gateway learn the instance list (refreshed every 2 s).
     tokio::time::sleep(Duration::from_millis(2500)).await;
 

@@ -141,7 +141,12 @@ impl SchedulerService {
 impl ScheduleApi for SchedulerService {
     fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ScheduleError> {
         let started = Instant::now();
-        let result = self.core().schedule(req, unix_now());
+        let mut core = self.core();
+        for request_id in &req.released {
+            core.release(request_id);
+        }
+        let result = core.schedule(req, unix_now());
+        drop(core);
         let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
         self.metrics
             .on_schedule(req.infer_stage, &result, elapsed_ms);
