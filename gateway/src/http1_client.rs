@@ -12,7 +12,7 @@
 //! the instance sees as a client gone.
 
 use crate::answer::{Answer, AnswerBody};
-use axum::http::{HeaderValue, StatusCode, Uri};
+use axum::http::{HeaderValue, StatusCode};
 use bytes::{Buf, Bytes, BytesMut};
 use std::collections::HashMap;
 use std::io;
@@ -85,19 +85,12 @@ impl Http1Client {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> io::Result<Answer> {
-        let uri: Uri = url.parse().map_err(|e| invalid(format!("{url}: {e}")))?;
-        if uri.scheme_str() != Some("http") {
-            return Err(invalid(format!("{url} is not an http:// URL")));
-        }
-        let Some(authority) = uri.authority() else {
-            return Err(invalid(format!("{url} names no host")));
+        let (authority, path) = split_url(url)?;
+        let host = match authority.rsplit_once(':') {
+            Some((_, port)) if !port.contains(']') => authority.to_string(),
+            _ => format!("{authority}:80"),
         };
-        let host = match authority.port_u16() {
-            Some(_) => authority.as_str().to_string(),
-            None => format!("{}:80", authority.host()),
-        };
-        let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        let request = encode_post(authority.as_str(), path, headers, body)?;
+        let request = encode_post(authority, path, headers, body)?;
         let mut pooled = self.take_idle(&host);
         loop {
             let reused = pooled.is_some();
@@ -195,6 +188,30 @@ fn broken(message: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message.to_string())
 }
 
+/// The authority (`host[:port]`) and the path of an `http://` URL. Only what can go into a
+/// request head as it is passes: no spaces, line breaks or user names.
+fn split_url(url: &str) -> io::Result<(&str, &str)> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| invalid(format!("{url} is not an http:// URL")))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, "/"),
+    };
+    let host_byte = |b: u8| b.is_ascii_alphanumeric() || b"-._~[]:%".contains(&b);
+    let port_ok = match authority.rsplit_once(':') {
+        Some((_, port)) if !port.contains(']') => port.parse::<u16>().is_ok(),
+        _ => true,
+    };
+    if authority.is_empty() || !authority.bytes().all(host_byte) || !port_ok {
+        return Err(invalid(format!("{url} names no valid host")));
+    }
+    if !path.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(invalid(format!("{url} has a path that cannot be sent")));
+    }
+    Ok((authority, path))
+}
+
 /// Whether an idle connection is still open: the peer neither closed it nor sent anything.
 fn still_open(stream: &TcpStream) -> bool {
     matches!(stream.try_read(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
@@ -213,7 +230,7 @@ fn encode_post(
     out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
     out.extend_from_slice(authority.as_bytes());
     out.extend_from_slice(b"\r\ncontent-length: ");
-    out.extend_from_slice(body.len().to_string().as_bytes());
+    out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
     out.extend_from_slice(b"\r\n");
     for (name, value) in headers {
         if name.is_empty() || !name.bytes().all(is_token_byte) {
@@ -651,6 +668,28 @@ mod tests {
             .is_none());
         assert!(parse_head(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
         assert!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn urls_split_into_what_the_request_head_takes() {
+        assert_eq!(
+            split_url("http://127.0.0.1:8000/v1/x?a=1").unwrap(),
+            ("127.0.0.1:8000", "/v1/x?a=1")
+        );
+        assert_eq!(split_url("http://[::1]:80").unwrap(), ("[::1]:80", "/"));
+        assert_eq!(split_url("http://engine-0/").unwrap(), ("engine-0", "/"));
+        for bad in [
+            "https://h/",
+            "http:///x",
+            "http://h:99999/",
+            "http://h:x/",
+            "http://u@h/",
+            "http://h/a b",
+            "http://h/a\r\nx: y",
+            "not a url",
+        ] {
+            assert!(split_url(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
