@@ -22,7 +22,7 @@ use axum::{Json, Router};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use switchyard_http::on_own_task;
+use switchyard_http::answer_panics;
 use switchyard_protocol::openai::{ApiError, ModelCard, ModelList};
 use switchyard_protocol::secret::Secret;
 use switchyard_scheduler::service::{admin_only, SchedulerService};
@@ -88,11 +88,11 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
     admin_only(admin, gateway.admin_key.clone())
         .route(
             "/v1/completions",
-            post(completions).layer(from_fn(on_own_task)),
+            post(completions).layer(from_fn(answer_panics)),
         )
         .route(
             "/v1/chat/completions",
-            post(chat_completions).layer(from_fn(on_own_task)),
+            post(chat_completions).layer(from_fn(answer_panics)),
         )
         .route("/v1/models", get(models))
         .route("/health", get(|| async { StatusCode::OK }))

@@ -5,9 +5,9 @@
 //! buffer are refused with 431, and a failed `accept` (out of file descriptors) backs off
 //! instead of spinning.
 
-mod own_task;
+mod answer_panics;
 
-pub use own_task::on_own_task;
+pub use answer_panics::answer_panics;
 
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
