@@ -183,6 +183,22 @@ fn raw_unless_null<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<Box<Raw
     map.next_value()
 }
 
+/// Reads field `key`'s value into `extra` as raw JSON when `keep` and it is not `null`; skips
+/// it otherwise.
+fn other_field<'de, A: MapAccess<'de>>(
+    map: &mut A,
+    keep: bool,
+    key: Cow<'de, str>,
+    extra: &mut Vec<(String, Box<RawValue>)>,
+) -> Result<(), A::Error> {
+    if !keep {
+        map.next_value::<IgnoredAny>()?;
+    } else if let Some(raw) = raw_unless_null(map)? {
+        extra.push((key.into_owned(), raw));
+    }
+    Ok(())
+}
+
 /// Reads what its seed reads, or nothing for `null`.
 struct OrNull<S>(S);
 
@@ -305,14 +321,7 @@ impl<'de> Visitor<'de> for Keep {
                                 choice.delta = Some(delta);
                             }
                         }
-                        _ if keep => {
-                            if let Some(raw) = raw_unless_null(&mut map)? {
-                                choice.extra.push((key.into_owned(), raw));
-                            }
-                        }
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
+                        _ => other_field(&mut map, keep, key, &mut choice.extra)?,
                     }
                 }
                 Ok(Read::Choice(choice))
@@ -323,14 +332,7 @@ impl<'de> Visitor<'de> for Keep {
                     match key.as_ref() {
                         "content" => delta.content = map.next_value()?,
                         "role" if keep => delta.role = map.next_value()?,
-                        _ if keep => {
-                            if let Some(raw) = raw_unless_null(&mut map)? {
-                                delta.extra.push((key.into_owned(), raw));
-                            }
-                        }
-                        _ => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
+                        _ => other_field(&mut map, keep, key, &mut delta.extra)?,
                     }
                 }
                 Ok(Read::Delta(delta))

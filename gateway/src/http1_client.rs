@@ -86,9 +86,9 @@ impl Http1Client {
         body: &[u8],
     ) -> io::Result<Answer> {
         let (authority, path) = split_url(url)?;
-        let host = match authority.rsplit_once(':') {
-            Some((_, port)) if !port.contains(']') => authority.to_string(),
-            _ => format!("{authority}:80"),
+        let host = match port_of(authority) {
+            Some(_) => authority.to_string(),
+            None => format!("{authority}:80"),
         };
         let request = encode_post(authority, path, headers, body)?;
         let mut pooled = self.take_idle(&host);
@@ -199,10 +199,7 @@ fn split_url(url: &str) -> io::Result<(&str, &str)> {
         None => (rest, "/"),
     };
     let host_byte = |b: u8| b.is_ascii_alphanumeric() || b"-._~[]:%".contains(&b);
-    let port_ok = match authority.rsplit_once(':') {
-        Some((_, port)) if !port.contains(']') => port.parse::<u16>().is_ok(),
-        _ => true,
-    };
+    let port_ok = port_of(authority).is_none_or(|port| port.parse::<u16>().is_ok());
     if authority.is_empty() || !authority.bytes().all(host_byte) || !port_ok {
         return Err(invalid(format!("{url} names no valid host")));
     }
@@ -210,6 +207,12 @@ fn split_url(url: &str) -> io::Result<(&str, &str)> {
         return Err(invalid(format!("{url} has a path that cannot be sent")));
     }
     Ok((authority, path))
+}
+
+/// The port an authority names, if any (`host:port`, `[v6]:port`).
+fn port_of(authority: &str) -> Option<&str> {
+    let (_, port) = authority.rsplit_once(':')?;
+    (!port.contains(']')).then_some(port)
 }
 
 /// Whether an idle connection is still open: the peer neither closed it nor sent anything.

@@ -201,21 +201,3 @@ pub struct ChatChunkChoice {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<StopReason>,
 }
-
-/// One chunk of a streamed chat completion.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ChatCompletionChunk {
-    /// The same id on every chunk.
-    pub id: String,
-    /// Always `chat.completion.chunk`.
-    pub object: String,
-    /// Unix seconds.
-    pub created: u64,
-    /// The served model name.
-    pub model: String,
-    /// Choices with news (empty on the usage chunk).
-    pub choices: Vec<ChatChunkChoice>,
-    /// Token counts on the usage chunk; absent otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Usage>,
-}
