@@ -3,11 +3,15 @@
 //! connection must send its request headers within [`HEADER_READ_TIMEOUT`] (a slowloris client
 //! is cut off, and so is an idle keep-alive connection after it), headers larger than hyper's
 //! buffer are refused with 431, and a failed `accept` (out of file descriptors) backs off
-//! instead of spinning.
+//! instead of spinning. A connection that wakes itself while it is polled (hyper's request body
+//! does, on every request) is polled again in place rather than handed to another worker.
 
 mod answer_panics;
+mod poll_in_place;
 
 pub use answer_panics::answer_panics;
+
+use poll_in_place::PollInPlace;
 
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -78,11 +82,11 @@ pub async fn serve(
             .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();
         let connection = graceful.watch(connection);
-        tokio::spawn(async move {
+        tokio::spawn(PollInPlace::new(async move {
             if let Err(e) = connection.await {
                 tracing::trace!("connection ended: {e}");
             }
-        });
+        }));
     }
     drop(listener);
     if tokio::time::timeout(grace, graceful.shutdown())
