@@ -1,7 +1,9 @@
 //! What the gateway adds over calling an engine directly, beside nginx proxying the same engine:
 //! latency of short and 2k-token requests, CPU per relayed stream chunk, and requests per
 //! second. Every process runs in release on this machine; the targets take turns in rounds so
-//! drift on a shared machine hits them alike.
+//! drift on a shared machine hits them alike. Latency is timed from this process's own client
+//! (reqwest) and, for the short request, from `wrk` on one connection, which takes almost no CPU
+//! from the two cores the targets share.
 //!
 //! `cargo bench -p switchyard-tests --bench gateway_overhead` (needs `nginx` and `wrk` on the PATH)
 
@@ -121,10 +123,9 @@ async fn latencies(
         .collect()
 }
 
-/// Requests per second that `wrk` (one thread, `connections` keep-alive connections) gets
-/// through `base` in `seconds`: a load generator lighter than this process's own client, so
-/// that the 2 cores go to the target.
-fn throughput(base: &str, body: &Value, connections: usize, seconds: u32) -> f64 {
+/// What `wrk` (one thread, `connections` keep-alive connections, `seconds`) printed posting
+/// `body` to `base`, ending with the p50 and p99 latency in microseconds (`p50 N`, `p99 N`).
+fn wrk(base: &str, body: &Value, connections: usize, seconds: u32) -> String {
     let dir = std::env::temp_dir().join(format!("switchyard-wrk-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let script = dir.join("post.lua");
@@ -132,7 +133,9 @@ fn throughput(base: &str, body: &Value, connections: usize, seconds: u32) -> f64
     std::fs::write(
         &script,
         format!(
-            "wrk.method = \"POST\"\nwrk.body = '{lua_body}'\nwrk.headers[\"Content-Type\"] = \"application/json\"\n"
+            "wrk.method = \"POST\"\nwrk.body = '{lua_body}'\nwrk.headers[\"Content-Type\"] = \"application/json\"\n\
+             done = function(summary, latency, requests)\n  \
+             io.write(string.format(\"p50 %d\\np99 %d\\n\", latency:percentile(50), latency:percentile(99)))\nend\n"
         ),
     )
     .unwrap();
@@ -148,15 +151,54 @@ fn throughput(base: &str, body: &Value, connections: usize, seconds: u32) -> f64
         .output()
         .expect("wrk runs (apt install wrk)");
     let _ = std::fs::remove_dir_all(&dir);
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         !text.contains("Non-2xx") && !text.contains("Socket errors"),
         "every request through {base} succeeded:\n{text}"
     );
+    text
+}
+
+/// The number after `prefix` on one of `text`'s lines.
+fn reported(text: &str, prefix: &str) -> f64 {
     text.lines()
-        .find_map(|l| l.strip_prefix("Requests/sec:"))
+        .find_map(|l| l.strip_prefix(prefix))
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("wrk reported a rate:\n{text}"))
+        .unwrap_or_else(|| panic!("wrk reported {prefix}\n{text}"))
+}
+
+/// Requests per second that `wrk` (one thread, `connections` keep-alive connections) gets
+/// through `base` in `seconds`: a load generator lighter than this process's own client, so
+/// that the 2 cores go to the target.
+fn throughput(base: &str, body: &Value, connections: usize, seconds: u32) -> f64 {
+    reported(&wrk(base, body, connections, seconds), "Requests/sec:")
+}
+
+/// Latency percentiles (us) of each target from `wrk` on one connection, a client in C on one
+/// thread that leaves the cores to the targets: the medians over `rounds` rounds of `seconds`
+/// per target, the targets in turn.
+fn wrk_latencies(
+    targets: &[(&str, String)],
+    body: &Value,
+    rounds: usize,
+    seconds: u32,
+) -> Vec<(f64, f64)> {
+    let mut samples = vec![(Vec::new(), Vec::new()); targets.len()];
+    for _ in 0..rounds {
+        for (i, (_, base)) in targets.iter().enumerate() {
+            let text = wrk(base, body, 1, seconds);
+            samples[i].0.push(reported(&text, "p50"));
+            samples[i].1.push(reported(&text, "p99"));
+        }
+    }
+    samples
+        .into_iter()
+        .map(|(mut p50, mut p99)| {
+            p50.sort_by(f64::total_cmp);
+            p99.sort_by(f64::total_cmp);
+            (percentile(&p50, 0.5), percentile(&p99, 0.5))
+        })
+        .collect()
 }
 
 /// Stream chunks relayed and CPU seconds `pid` spent relaying them.
@@ -248,6 +290,15 @@ async fn measure(setup: &str, engine: &str, gateway: &str, gateway_pid: Option<u
             g50 / n50
         );
     }
+    let w = wrk_latencies(&targets, &cases[0].1, 5, 2);
+    let (e50, e99) = w[0];
+    let (n50, n99) = (w[1].0 - e50, w[1].1 - e99);
+    let (g50, g99) = (w[2].0 - e50, w[2].1 - e99);
+    println!(
+        "\nThe short token-id request from `wrk -t1 -c1` instead (medians of 5 rounds of 2 s per target): \
+         engine {e50:.0} / {e99:.0} us, nginx adds {n50:.0} / {n99:.0}, gateway adds {g50:.0} / {g99:.0}, {:.2}x",
+        g50 / n50
+    );
     if let Some(pid) = gateway_pid {
         let (chunks, cpu) = stream_cpu(gateway, pid, 64, 2000).await;
         let (nchunks, ncpu) = stream_cpu(&nginx.url, nginx.child.id(), 64, 2000).await;
