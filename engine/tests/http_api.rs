@@ -176,6 +176,10 @@ async fn chat_stream_shape_and_usage_chunk() {
         .collect();
     assert_eq!(finish.len(), 1);
     assert_eq!(finish[0]["choices"][0]["finish_reason"], "length");
+    assert!(
+        finish[0]["choices"][0]["delta"]["content"].is_string(),
+        "the end rides on the last token's chunk, not on an empty one of its own: {chunks:?}"
+    );
     let usage = chunks.last().unwrap();
     assert_eq!(usage["choices"].as_array().unwrap().len(), 0);
     assert_eq!(usage["usage"]["completion_tokens"], 5);

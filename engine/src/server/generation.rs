@@ -9,6 +9,7 @@ use crate::sampling::StopParams;
 use crate::sched::SeqId;
 use crate::tokenizer::IncrementalDecoder;
 use futures::stream::{SelectAll, StreamExt};
+use futures::FutureExt;
 use std::sync::Arc;
 use switchyard_protocol::openai::{ApiError, FinishReason, StopReason, Usage};
 use tokio::sync::mpsc;
@@ -70,6 +71,8 @@ type Tagged = futures::stream::Map<
 pub struct Generation {
     instance: Arc<Instance>,
     events: SelectAll<Tagged>,
+    /// An event taken while looking for a choice's end, to be applied next.
+    early: Option<(usize, SeqEvent)>,
     choices: Vec<ChoiceState>,
     prompt_lens: Vec<usize>,
     stop_strings: Vec<String>,
@@ -93,6 +96,7 @@ impl Generation {
         let mut generation = Generation {
             instance: instance.clone(),
             events: SelectAll::new(),
+            early: None,
             choices: Vec::new(),
             prompt_lens: prompts.iter().map(|p| p.0.len()).collect(),
             hold_chars: params
@@ -157,13 +161,37 @@ impl Generation {
         self.choices.len()
     }
 
-    /// The next update with news, or `None` once every choice has finished.
+    /// The next update with news, or `None` once every choice has finished. A choice's end
+    /// that has already arrived rides on its last token's update, as in vLLM, rather than
+    /// making an update (and a streamed chunk) of its own.
     pub async fn next(&mut self) -> Option<ChoiceUpdate> {
+        let mut update = self.next_event_update().await?;
+        if update.finish.is_none() {
+            match self.events.next().now_or_never() {
+                Some(Some((index, SeqEvent::Finished(f)))) if index == update.index as usize => {
+                    if let Some(end) = self.apply(index, SeqEvent::Finished(f)) {
+                        update.text.push_str(&end.text);
+                        update.finish = end.finish;
+                    }
+                }
+                Some(Some(other)) => self.early = Some(other),
+                _ => {}
+            }
+        }
+        Some(update)
+    }
+
+    /// The update the next events make, one event at a time.
+    async fn next_event_update(&mut self) -> Option<ChoiceUpdate> {
         loop {
             if self.choices.iter().all(|c| c.done) {
                 return None;
             }
-            let Some((index, event)) = self.events.next().await else {
+            let event = match self.early.take() {
+                Some(event) => Some(event),
+                None => self.events.next().await,
+            };
+            let Some((index, event)) = event else {
                 // The core went away: end the unfinished choices with an error.
                 let index = self.choices.iter().position(|c| !c.done)?;
                 self.choices[index].done = true;
