@@ -5,7 +5,14 @@
 //! (reqwest) and, for the short request, from `wrk` on one connection, which takes almost no CPU
 //! from the two cores the targets share.
 //!
-//! `cargo bench -p switchyard-tests --bench gateway_overhead` (needs `nginx` and `wrk` on the PATH)
+//! Where the kernel places the client, the proxy and the engine on the cores moves a proxy's
+//! added latency by tens of microseconds (a wake-up on an idle core of this VM costs 20-40 us),
+//! so the short request is timed again with every thread pinned: the client on the first core,
+//! the engine, nginx and the gateway on the second. What a proxy adds there is the work on its
+//! path, not where it happened to be woken.
+//!
+//! `cargo bench -p switchyard-tests --bench gateway_overhead` (needs `nginx`, `wrk` and
+//! `taskset` on the PATH)
 
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -64,6 +71,17 @@ impl Drop for Nginx {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Pins every thread of process `pid` to the cores in `cpus` (`taskset`'s list form); threads it
+/// starts later inherit the pinning.
+fn pin(pid: u32, cpus: &str) {
+    let pinned = Command::new("taskset")
+        .args(["-a", "-c", "-p", cpus, &pid.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .expect("taskset runs (util-linux)");
+    assert!(pinned.success(), "taskset pinned {pid} to {cpus}");
 }
 
 /// Seconds of CPU (user + system) a process has used.
@@ -239,9 +257,54 @@ async fn stream_cpu(base: &str, pid: u32, streams: usize, tokens: u32) -> (u64, 
     (chunks, cpu_seconds(pid) - before)
 }
 
+/// The short request's added p50 and p99 through nginx and the gateway, from this process's
+/// client and from wrk, with this process (and so wrk) pinned to the first core and the
+/// `servers` (every switchyard process and nginx) to the second; unpinned again after.
+async fn pinned(targets: &[(&str, String)], short: &Value, servers: &[u32]) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 2 {
+        println!("\n(One core: no pinned timings.)");
+        return;
+    }
+    let all = format!("0-{}", cores - 1);
+    for pid in servers {
+        pin(*pid, "1");
+    }
+    pin(std::process::id(), "0");
+    let l = latencies(targets, short, 20, 50).await;
+    let w = wrk_latencies(targets, short, 5, 2);
+    for pid in servers.iter().chain([&std::process::id()]) {
+        pin(*pid, &all);
+    }
+    println!(
+        "\nPinned (this process and wrk on core 0; the engine, nginx and the gateway on core 1), short token-id request, added p50 / p99 in us:\n"
+    );
+    println!(
+        "| client | engine p50 / p99 | nginx adds | gateway adds | gateway / nginx, added p50 |"
+    );
+    println!("|---|---|---|---|---|");
+    for (client, l) in [("reqwest", l), ("wrk -t1 -c1", w)] {
+        let (e50, e99) = l[0];
+        let (n50, n99) = (l[1].0 - e50, l[1].1 - e99);
+        let (g50, g99) = (l[2].0 - e50, l[2].1 - e99);
+        println!(
+            "| {client} | {e50:.0} / {e99:.0} | {n50:.0} / {n99:.0} | {g50:.0} / {g99:.0} | {:.2}x |",
+            g50 / n50
+        );
+    }
+    println!();
+}
+
 /// Every measurement for one setup: the engine at `engine`, the gateway at `gateway` (process
-/// `gateway_pid`), and nginx started here over the same engine.
-async fn measure(setup: &str, engine: &str, gateway: &str, gateway_pid: Option<u32>) {
+/// `gateway_pid`; `servers` are every switchyard process of the setup), and nginx started here
+/// over the same engine.
+async fn measure(
+    setup: &str,
+    engine: &str,
+    gateway: &str,
+    gateway_pid: Option<u32>,
+    servers: &[u32],
+) {
     let nginx = Nginx::start(engine);
     wait_healthy(&nginx.url).await;
     until_completing(gateway).await;
@@ -299,6 +362,8 @@ async fn measure(setup: &str, engine: &str, gateway: &str, gateway_pid: Option<u
          engine {e50:.0} / {e99:.0} us, nginx adds {n50:.0} / {n99:.0}, gateway adds {g50:.0} / {g99:.0}, {:.2}x",
         g50 / n50
     );
+    let servers: Vec<u32> = servers.iter().copied().chain([nginx.child.id()]).collect();
+    pinned(&targets, &cases[0].1, &servers).await;
     if let Some(pid) = gateway_pid {
         let (chunks, cpu) = stream_cpu(gateway, pid, 64, 2000).await;
         let (nchunks, ncpu) = stream_cpu(&nginx.url, nginx.child.id(), 64, 2000).await;
@@ -336,6 +401,7 @@ async fn main() {
             &serve.engine_url(0),
             &serve.url(0),
             None,
+            &[serve.child.id()],
         )
         .await;
     }
@@ -353,6 +419,7 @@ async fn main() {
         &engine.url(0),
         &gateway.url(0),
         Some(gateway.child.id()),
+        &[engine.child.id(), scheduler.child.id(), gateway.child.id()],
     )
     .await;
 }
