@@ -257,6 +257,27 @@ async fn stream_cpu(base: &str, pid: u32, streams: usize, tokens: u32) -> (u64, 
     (chunks, cpu_seconds(pid) - before)
 }
 
+/// The engine's (p50, p99), then what nginx and the gateway add to them, from the targets'
+/// percentiles in the order engine, nginx, gateway.
+fn added(l: &[(f64, f64)]) -> [(f64, f64); 3] {
+    let (e50, e99) = l[0];
+    [
+        (e50, e99),
+        (l[1].0 - e50, l[1].1 - e99),
+        (l[2].0 - e50, l[2].1 - e99),
+    ]
+}
+
+/// A table row for `label`: the engine's p50 / p99, what nginx and the gateway add, and the
+/// ratio of the added p50s, from the targets' percentiles as [`added`] takes them.
+fn row(label: &str, l: &[(f64, f64)]) -> String {
+    let [(e50, e99), (n50, n99), (g50, g99)] = added(l);
+    format!(
+        "| {label} | {e50:.0} / {e99:.0} | {n50:.0} / {n99:.0} | {g50:.0} / {g99:.0} | {:.2}x |",
+        g50 / n50
+    )
+}
+
 /// The short request's added p50 and p99 through nginx and the gateway, from this process's
 /// client and from wrk, with this process (and so wrk) pinned to the first core and the
 /// `servers` (every switchyard process and nginx) to the second; unpinned again after.
@@ -284,13 +305,7 @@ async fn pinned(targets: &[(&str, String)], short: &Value, servers: &[u32]) {
     );
     println!("|---|---|---|---|---|");
     for (client, l) in [("reqwest", l), ("wrk -t1 -c1", w)] {
-        let (e50, e99) = l[0];
-        let (n50, n99) = (l[1].0 - e50, l[1].1 - e99);
-        let (g50, g99) = (l[2].0 - e50, l[2].1 - e99);
-        println!(
-            "| {client} | {e50:.0} / {e99:.0} | {n50:.0} / {n99:.0} | {g50:.0} / {g99:.0} | {:.2}x |",
-            g50 / n50
-        );
+        println!("{}", row(client, &l));
     }
     println!();
 }
@@ -345,18 +360,9 @@ async fn measure(
     println!("|---|---|---|---|---|");
     for (name, body) in &cases {
         let l = latencies(&targets, body, 20, 50).await;
-        let (e50, e99) = l[0];
-        let (n50, n99) = (l[1].0 - e50, l[1].1 - e99);
-        let (g50, g99) = (l[2].0 - e50, l[2].1 - e99);
-        println!(
-            "| {name} | {e50:.0} / {e99:.0} | {n50:.0} / {n99:.0} | {g50:.0} / {g99:.0} | {:.2}x |",
-            g50 / n50
-        );
+        println!("{}", row(name, &l));
     }
-    let w = wrk_latencies(&targets, &cases[0].1, 5, 2);
-    let (e50, e99) = w[0];
-    let (n50, n99) = (w[1].0 - e50, w[1].1 - e99);
-    let (g50, g99) = (w[2].0 - e50, w[2].1 - e99);
+    let [(e50, e99), (n50, n99), (g50, g99)] = added(&wrk_latencies(&targets, &cases[0].1, 5, 2));
     println!(
         "\nThe short token-id request from `wrk -t1 -c1` instead (medians of 5 rounds of 2 s per target): \
          engine {e50:.0} / {e99:.0} us, nginx adds {n50:.0} / {n99:.0}, gateway adds {g50:.0} / {g99:.0}, {:.2}x",
