@@ -24,5 +24,4 @@ pub mod routes;
 pub mod scheduler_client;
 pub mod server;
 pub mod slots;
-pub mod sse;
 pub mod upstream;

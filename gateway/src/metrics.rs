@@ -3,9 +3,11 @@
 //! so clients cannot grow it.
 
 use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts,
-    Registry, TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Opts, Registry, TextEncoder,
 };
+use rustc_hash::FxHashMap;
+use std::sync::RwLock;
 use std::time::Instant;
 
 const SEC: &[f64] = &[
@@ -67,6 +69,26 @@ pub struct GatewayMetrics {
     rejected: IntCounterVec,
     breakers: prometheus::IntGaugeVec,
     uptime: Gauge,
+    /// Each model's series, found by label once rather than on every observation.
+    series: RwLock<FxHashMap<String, ModelSeries>>,
+}
+
+/// One model's per-request series (the children of the families labelled by `model` alone).
+struct ModelSeries {
+    input_tokens_total: IntCounter,
+    input_tokens: Histogram,
+    output_tokens_total: IntCounter,
+    output_tokens: Histogram,
+    ttft: Histogram,
+    itl: Histogram,
+    tpot: Histogram,
+    e2e: Histogram,
+    preprocess: Histogram,
+    schedule: Histogram,
+    queue: Histogram,
+    postprocess: Histogram,
+    /// `request_total` with status 200.
+    succeeded: IntCounter,
 }
 
 impl GatewayMetrics {
@@ -222,20 +244,49 @@ impl GatewayMetrics {
             uptime,
             started: Instant::now(),
             registry: reg,
+            series: RwLock::default(),
         })
+    }
+
+    /// Runs `observe` on `model`'s series, creating them the first time.
+    fn with_series<T>(&self, model: &str, observe: impl FnOnce(&ModelSeries) -> T) -> T {
+        if let Some(series) = self
+            .series
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(model)
+        {
+            return observe(series);
+        }
+        let mut all = self.series.write().unwrap_or_else(|e| e.into_inner());
+        let series = all.entry(model.to_string()).or_insert_with(|| {
+            let one = [model];
+            ModelSeries {
+                input_tokens_total: self.input_tokens_total.with_label_values(&one),
+                input_tokens: self.input_tokens.with_label_values(&one),
+                output_tokens_total: self.output_tokens_total.with_label_values(&one),
+                output_tokens: self.output_tokens.with_label_values(&one),
+                ttft: self.ttft.with_label_values(&one),
+                itl: self.itl.with_label_values(&one),
+                tpot: self.tpot.with_label_values(&one),
+                e2e: self.e2e.with_label_values(&one),
+                preprocess: self.preprocess.with_label_values(&one),
+                schedule: self.schedule.with_label_values(&one),
+                queue: self.queue.with_label_values(&one),
+                postprocess: self.postprocess.with_label_values(&one),
+                succeeded: self.requests.with_label_values(&[model, "200"]),
+            }
+        });
+        observe(series)
     }
 
     /// A request for `model` with `prompt_tokens`, preprocessed in `preprocess_ms`.
     pub fn on_prepared(&self, model: &str, prompt_tokens: u32, preprocess_ms: f64) {
-        self.input_tokens_total
-            .with_label_values(&[model])
-            .inc_by(prompt_tokens as u64);
-        self.input_tokens
-            .with_label_values(&[model])
-            .observe(prompt_tokens as f64);
-        self.preprocess
-            .with_label_values(&[model])
-            .observe(preprocess_ms);
+        self.with_series(model, |s| {
+            s.input_tokens_total.inc_by(prompt_tokens as u64);
+            s.input_tokens.observe(prompt_tokens as f64);
+            s.preprocess.observe(preprocess_ms);
+        });
     }
 
     /// A placement expecting `cached` of `prompt` tokens cached, where the best instance had `best`.
@@ -250,7 +301,7 @@ impl GatewayMetrics {
 
     /// Scheduling (retries included) took `ms`.
     pub fn on_scheduled(&self, model: &str, ms: f64) {
-        self.schedule.with_label_values(&[model]).observe(ms);
+        self.with_series(model, |s| s.schedule.observe(ms));
     }
 
     /// A retry after `cause` (an HTTP status, or `network_error`).
@@ -260,12 +311,12 @@ impl GatewayMetrics {
 
     /// A request waited `ms` for admission.
     pub fn on_queued(&self, model: &str, ms: f64) {
-        self.queue.with_label_values(&[model]).observe(ms);
+        self.with_series(model, |s| s.queue.observe(ms));
     }
 
     /// A request's relay work took `ms` in all.
     pub fn on_postprocessed(&self, model: &str, ms: f64) {
-        self.postprocess.with_label_values(&[model]).observe(ms);
+        self.with_series(model, |s| s.postprocess.observe(ms));
     }
 
     /// An attempt on the fallback chain ended with `outcome`.
@@ -299,32 +350,34 @@ impl GatewayMetrics {
     /// The histogram of gaps (ms) between streamed tokens of `model`, looked up once per
     /// answer rather than once per token.
     pub fn token_gaps(&self, model: &str) -> prometheus::Histogram {
-        self.itl.with_label_values(&[model])
+        self.with_series(model, |s| s.itl.clone())
     }
 
     /// An answer with `tokens` generated tokens, the first after `ttft_ms`, the rest over
     /// `decode_ms`.
     pub fn on_tokens(&self, model: &str, tokens: u64, ttft_ms: f64, decode_ms: f64) {
-        self.output_tokens_total
-            .with_label_values(&[model])
-            .inc_by(tokens);
-        self.output_tokens
-            .with_label_values(&[model])
-            .observe(tokens as f64);
-        self.ttft.with_label_values(&[model]).observe(ttft_ms);
-        if tokens > 1 {
-            self.tpot
-                .with_label_values(&[model])
-                .observe(decode_ms / (tokens - 1) as f64);
-        }
+        self.with_series(model, |s| {
+            s.output_tokens_total.inc_by(tokens);
+            s.output_tokens.observe(tokens as f64);
+            s.ttft.observe(ttft_ms);
+            if tokens > 1 {
+                s.tpot.observe(decode_ms / (tokens - 1) as f64);
+            }
+        });
     }
 
     /// A request ended with `status` after `seconds`.
     pub fn on_finished(&self, model: &str, status: u16, seconds: f64) {
-        self.requests
-            .with_label_values(&[model, &status.to_string()])
-            .inc();
-        self.e2e.with_label_values(&[model]).observe(seconds);
+        self.with_series(model, |s| {
+            if status == 200 {
+                s.succeeded.inc();
+            } else {
+                self.requests
+                    .with_label_values(&[model, itoa::Buffer::new().format(status)])
+                    .inc();
+            }
+            s.e2e.observe(seconds);
+        });
     }
 
     /// Admission refused a request for `reason`.

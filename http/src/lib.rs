@@ -5,9 +5,11 @@
 //! buffer are refused with 431, and a failed `accept` (out of file descriptors) backs off
 //! instead of spinning. A connection that wakes itself while it is polled (hyper's request body
 //! does, on every request) is polled again in place rather than handed to another worker.
+//! [`sse`] splits the server-sent event streams switchyard's processes read from each other.
 
 mod answer_panics;
 mod poll_in_place;
+pub mod sse;
 
 pub use answer_panics::answer_panics;
 

@@ -448,11 +448,6 @@ impl Scheduler {
         views
     }
 
-    /// The state of instance `id`, if it is known.
-    pub fn instance_view(&self, id: &str, now: f64) -> Option<InstanceView> {
-        self.cms.get(id).map(|s| self.view(s, now))
-    }
-
     fn view(&self, s: &InstanceState, now: f64) -> InstanceView {
         InstanceView {
             meta: s.meta.clone(),

@@ -308,7 +308,7 @@ impl SchedulerMetrics {
         self.reclaimed.inc_by(reclaimed as u64);
     }
 
-    /// Refreshes an instance's CMS and LRS gauges.
+    /// Sets an instance's CMS and LRS gauges to its state now.
     pub fn on_instance(&self, view: &InstanceView) {
         let role = view.meta.role.as_str();
         for (gauge, read) in &self.cms {

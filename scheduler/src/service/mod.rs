@@ -100,16 +100,9 @@ impl SchedulerService {
 
     /// A status from an instance. Expiry is left to [`SchedulerService::tick`]: scanning every
     /// dispatch on each of every instance's statuses would hold the lock the gateways wait on.
+    /// The instance's gauges are set when they are read, not here.
     pub fn on_status(&self, id: &str, status: EngineStatus) {
-        let now = unix_now();
-        let view = {
-            let mut core = self.core();
-            core.on_status(id, status, now);
-            core.instance_view(id, now)
-        };
-        if let Some(view) = view {
-            self.metrics.on_instance(&view);
-        }
+        self.core().on_status(id, status, unix_now());
     }
 
     /// An instance could not be reached.
@@ -132,8 +125,11 @@ impl SchedulerService {
         self.core().instances_view(unix_now())
     }
 
-    /// The metrics text.
+    /// The metrics text, with every instance's CMS and LRS gauges as they are now.
     pub fn render_metrics(&self) -> String {
+        for view in self.instances() {
+            self.metrics.on_instance(&view);
+        }
         self.metrics.render()
     }
 }

@@ -8,10 +8,9 @@
 use super::SchedulerService;
 use crate::cms::EngineKind;
 use crate::scrape::{status_from_metrics, ScrapeMemory};
-use eventsource_stream::Eventsource;
-use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
+use switchyard_http::sse::SseSplitter;
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::kv_events::KvMessage;
 
@@ -72,22 +71,26 @@ async fn follow_stream<T: serde::de::DeserializeOwned>(
     let mut backoff = FIRST_BACKOFF;
     while service.has_instance(id) {
         let mut reconnect_now = false;
-        if let Ok(response) = client.get(&url).send().await {
+        if let Ok(mut response) = client.get(&url).send().await {
             if response.status().is_success() {
                 backoff = FIRST_BACKOFF;
-                let mut events = response.bytes_stream().eventsource();
-                while let Some(Ok(event)) = events.next().await {
+                let mut events = SseSplitter::default();
+                'read: while let Ok(Some(bytes)) = response.chunk().await {
                     if !service.has_instance(id) {
                         return;
                     }
-                    match serde_json::from_str::<T>(&event.data) {
-                        Ok(message) => {
-                            if let Next::Reconnect = handle(message) {
-                                reconnect_now = true;
-                                break;
+                    events.push(&bytes);
+                    while let Some(event) = events.next_event() {
+                        let Some(data) = event.data else { continue };
+                        match serde_json::from_slice::<T>(&data) {
+                            Ok(message) => {
+                                if let Next::Reconnect = handle(message) {
+                                    reconnect_now = true;
+                                    break 'read;
+                                }
                             }
+                            Err(e) => tracing::warn!("{id}: unreadable message from {url}: {e}"),
                         }
-                        Err(e) => tracing::warn!("{id}: unreadable message from {url}: {e}"),
                     }
                 }
             }

@@ -1,6 +1,7 @@
-//! Splitting an upstream byte stream into server-sent events. An event is relayed only once it
-//! is whole, so a stream broken off mid-event never leaves half an event with the client, and a
-//! continuation elsewhere starts on an event boundary. Comment lines are dropped, except
+//! Splitting a byte stream into server-sent events, as they become whole. The gateway relays an
+//! engine's event only once it is whole, so a stream broken off mid-event never leaves half an
+//! event with the client, and a continuation elsewhere starts on an event boundary; the scheduler
+//! reads each engine's state and KV event streams with it. Comment lines are dropped, except
 //! switchyard's `: token_ids 1,2,3`, which is read into the event.
 
 use bytes::{Bytes, BytesMut};
