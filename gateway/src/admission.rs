@@ -4,8 +4,8 @@
 //! Nothing waits without bound. The waiting queue goes by priority, then arrival ([`crate::slots`]).
 
 use crate::slots::{NoSlot, Slot, Slots};
+use rustc_hash::FxHashMap as HashMap;
 use serde::Deserialize;
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

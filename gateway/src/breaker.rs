@@ -3,7 +3,7 @@
 //! offered to the scheduler again (half-open) until a request is sent there, and that probe's
 //! outcome closes the breaker or opens it again.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -41,7 +41,7 @@ impl Breakers {
         Breakers {
             threshold: threshold.max(1),
             cooldown,
-            breakers: Mutex::new(HashMap::new()),
+            breakers: Mutex::default(),
         }
     }
 

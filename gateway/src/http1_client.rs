@@ -14,7 +14,7 @@
 use crate::answer::{Answer, AnswerBody};
 use axum::http::{HeaderValue, StatusCode};
 use bytes::{Buf, Bytes, BytesMut};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -59,7 +59,7 @@ impl Http1Client {
         let client = Arc::new(Http1Client {
             connect_timeout,
             idle_timeout,
-            idle: Mutex::new(HashMap::new()),
+            idle: Mutex::default(),
         });
         tokio::spawn(purge_idle(Arc::downgrade(&client)));
         client

@@ -18,6 +18,7 @@
 //! }
 //! ```
 
+use rustc_hash::FxHashMap;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -134,7 +135,7 @@ struct Route {
 /// A checked route config.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RouteTable {
-    exact: HashMap<String, Route>,
+    exact: FxHashMap<String, Route>,
     /// Patterns by prefix, longest first.
     patterns: Vec<(String, Route)>,
     pool: Vec<String>,
