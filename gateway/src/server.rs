@@ -15,7 +15,6 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use axum::middleware::from_fn;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -86,14 +85,8 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
         admin = admin.route("/v1/instances", get(instances));
     }
     admin_only(admin, gateway.admin_key.clone())
-        .route(
-            "/v1/completions",
-            post(completions).layer(from_fn(answer_panics)),
-        )
-        .route(
-            "/v1/chat/completions",
-            post(chat_completions).layer(from_fn(answer_panics)),
-        )
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/metrics", get(metrics))
@@ -344,12 +337,20 @@ async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
 /// A request body, or why it could not be read (too large, cut off) as an OpenAI error.
 type BodyResult = Result<Bytes, BytesRejection>;
 
+// A request's handling is a future of about 4 KB; boxed once here, it is not copied again each
+// time axum and the panic guard wrap it.
 async fn completions(
     State(gateway): State<Arc<Gateway>>,
     headers: HeaderMap,
     body: BodyResult,
 ) -> Response {
-    handle(&gateway, Route::Completions, &headers, body).await
+    answer_panics(Box::pin(handle(
+        &gateway,
+        Route::Completions,
+        &headers,
+        body,
+    )))
+    .await
 }
 
 async fn chat_completions(
@@ -357,7 +358,7 @@ async fn chat_completions(
     headers: HeaderMap,
     body: BodyResult,
 ) -> Response {
-    handle(&gateway, Route::Chat, &headers, body).await
+    answer_panics(Box::pin(handle(&gateway, Route::Chat, &headers, body))).await
 }
 
 async fn instances(State(gateway): State<Arc<Gateway>>) -> Response {

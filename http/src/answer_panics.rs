@@ -1,27 +1,27 @@
 //! Request handlers whose panic is answered.
 //!
 //! A handler runs inside hyper's connection task; if it panicked, the panic would end that task
-//! and drop the connection without an answer. This middleware answers a 500 in OpenAI's error
-//! form instead, and logs the panic.
+//! and drop the connection without an answer. [`answer_panics`] runs a handler's future and
+//! answers a 500 in OpenAI's error form instead, and logs the panic.
 //!
-//! The handler stays in the connection's task. Spawned on a task of its own (as this middleware
-//! once did, so that hyper's body channel would not wake the connection task from inside its own
-//! poll), every request paid a spawn and one more hand-off between tasks, and through `serve`
-//! the gateway added about 10 us more at p50 than in place (BENCHMARKS.md).
+//! The handler stays in the connection's task, and its future is not boxed. Spawned on a task of
+//! its own (as this once did, so that hyper's body channel would not wake the connection task
+//! from inside its own poll), every request paid a spawn and one more hand-off between tasks, and
+//! through `serve` the gateway added about 10 us more at p50 than in place (BENCHMARKS.md). As an
+//! `axum::middleware::from_fn` layer it boxed the handler's future and cloned the route's
+//! service on every request: about 4k instructions a request more than this.
 
-use axum::extract::Request;
 use axum::http::StatusCode;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::FutureExt;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use switchyard_protocol::openai::ApiError;
 
-/// Middleware (`axum::middleware::from_fn(answer_panics)`) answering 500 when the rest of the
-/// request panics.
-pub async fn answer_panics(request: Request, next: Next) -> Response {
-    match AssertUnwindSafe(next.run(request)).catch_unwind().await {
+/// Runs `handler` to its response, answering 500 if it panics.
+pub async fn answer_panics(handler: impl Future<Output = Response>) -> Response {
+    match AssertUnwindSafe(handler).catch_unwind().await {
         Ok(response) => response,
         Err(panic) => {
             let why = panic
@@ -40,6 +40,7 @@ pub async fn answer_panics(request: Request, next: Next) -> Response {
 mod tests {
     use super::*;
     use axum::body::Body;
+    use axum::extract::Request;
     use axum::routing::post;
     use axum::Router;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,8 +51,7 @@ mod tests {
     async fn the_handler_reads_the_body_and_answers() {
         let router = Router::new().route(
             "/",
-            post(|body: String| async move { body.to_uppercase() })
-                .layer(axum::middleware::from_fn(answer_panics)),
+            post(|body: String| answer_panics(async move { body.to_uppercase().into_response() })),
         );
         let request = Request::post("/").body(Body::from("hello")).unwrap();
         let response = router.oneshot(request).await.unwrap();
@@ -66,13 +66,14 @@ mod tests {
     async fn a_panicking_handler_answers_500_in_openai_form() {
         let router = Router::new().route(
             "/",
-            post(|| async {
-                if true {
-                    panic!("boom");
-                }
-                "unreachable"
-            })
-            .layer(axum::middleware::from_fn(answer_panics)),
+            post(|| {
+                answer_panics(async {
+                    if true {
+                        panic!("boom");
+                    }
+                    "unreachable".into_response()
+                })
+            }),
         );
         let response = router.oneshot(Request::post("/").body(Body::empty()).unwrap());
         let response = response.await.unwrap();
@@ -101,15 +102,14 @@ mod tests {
             post(move || {
                 let guard = SetOnDrop(flag.clone());
                 let started = started_tx.lock().unwrap().take();
-                async move {
+                answer_panics(async move {
                     let _guard = guard;
                     if let Some(started) = started {
                         let _ = started.send(());
                     }
-                    std::future::pending::<()>().await;
-                }
-            })
-            .layer(axum::middleware::from_fn(answer_panics)),
+                    std::future::pending::<Response>().await
+                })
+            }),
         );
         let request = Request::post("/").body(Body::empty()).unwrap();
         let pending = tokio::spawn(router.oneshot(request));
