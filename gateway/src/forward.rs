@@ -3,21 +3,26 @@
 //! `--first-byte-timeout` sends it to another instance (the failed ones excluded) after an
 //! exponential backoff with jitter, up to `--retries` times. A plan's fallback chain follows
 //! when its target could not answer. A dispatch is released when its answer is dropped.
+//! Nothing waits past the request's deadline; the waits of the pool (an instance's first byte,
+//! a backoff) are timed on the request's one [`Alarm`], re-armed for each.
 
 use crate::answer::{post_with_reqwest, Answer};
 use crate::breaker::{BreakerState, Breakers};
 use crate::http1_client::Http1Client;
 use crate::metrics::GatewayMetrics;
 use crate::preprocess::Prepared;
+use crate::relay::deadline_error;
 use crate::routes::{Endpoint, Plan, Target};
 use crate::scheduler_client::SchedulerClient;
 use crate::upstream::{Resume, UpstreamRequest};
 use std::borrow::Cow;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{EngineKind, ScheduleDecision, ScheduleRequest};
 use tokio::sync::Semaphore;
+use tokio::time::Sleep;
 
 /// How long connecting to an upstream may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -41,6 +46,10 @@ const ENGINE_CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 const ENGINE_PING_INTERVAL: Duration = Duration::from_secs(10);
 /// How long a pong may take before the connection (and each answer on it) counts as broken.
 const ENGINE_PING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A request's one timer, re-armed for whatever the request waits on next (an instance's first
+/// byte, a backoff, a stalled stream, the deadline) instead of a timer for each wait.
+pub type Alarm = Pin<Box<Sleep>>;
 
 /// How a forwarder behaves.
 #[derive(Debug, Clone)]
@@ -132,6 +141,8 @@ pub struct PoolAsk<'a> {
     pub resume: Option<Resume<'a>>,
     /// Instances not to use.
     pub exclude: Vec<String>,
+    /// The request's deadline.
+    pub deadline: tokio::time::Instant,
 }
 
 /// Whether an answer before the first byte sends the request elsewhere: overload or failure.
@@ -192,14 +203,17 @@ impl Forwarder {
         self.breakers.on_failure(instance, Instant::now());
     }
 
-    /// Tries the plan's targets in order; `prepare` readies the request for a pool model. The
-    /// first answer that is not a failure or overload is returned, or the last one.
+    /// Tries the plan's targets in order until `deadline`, timing the pool's waits on `alarm`;
+    /// `prepare` readies the request for a pool model. The first answer that is not a failure
+    /// or overload is returned, or the last one.
     pub async fn open<'p>(
         &self,
         plan: &Plan,
         request_id: &str,
         upstream: &UpstreamRequest,
         prepare: impl for<'m> Fn(&'m str) -> Result<Cow<'p, Prepared>, ApiError>,
+        deadline: tokio::time::Instant,
+        alarm: &mut Alarm,
     ) -> Result<Opened, ApiError> {
         let mut last: Option<Result<Opened, ApiError>> = None;
         let mut after_429 = false;
@@ -207,21 +221,28 @@ impl Forwarder {
             let outcome = match target {
                 Target::Pool(model) => match prepare(model) {
                     Ok(prepared) => {
-                        self.open_pool(PoolAsk {
-                            request_id,
-                            label: &plan.label,
-                            prepared: &prepared,
-                            upstream,
-                            resume: None,
-                            exclude: Vec::new(),
-                        })
+                        self.open_pool(
+                            PoolAsk {
+                                request_id,
+                                label: &plan.label,
+                                prepared: &prepared,
+                                upstream,
+                                resume: None,
+                                exclude: Vec::new(),
+                                deadline,
+                            },
+                            alarm,
+                        )
                         .await
                     }
                     Err(e) => return Err(e),
                 },
-                Target::External(endpoint) => {
-                    self.open_external(endpoint, request_id, upstream).await
-                }
+                Target::External(endpoint) => tokio::time::timeout_at(
+                    deadline,
+                    self.open_external(endpoint, request_id, upstream),
+                )
+                .await
+                .unwrap_or_else(|_| Err(deadline_error())),
             };
             if i > 0 {
                 let label = match &outcome {
@@ -258,8 +279,8 @@ impl Forwarder {
     }
 
     /// Places the request in the pool and opens its answer, retrying elsewhere on failures
-    /// before the first byte.
-    pub async fn open_pool(&self, ask: PoolAsk<'_>) -> Result<Opened, ApiError> {
+    /// before the first byte; its waits are timed on `alarm`.
+    pub async fn open_pool(&self, ask: PoolAsk<'_>, alarm: &mut Alarm) -> Result<Opened, ApiError> {
         let prepared = ask.prepared;
         let mut request = ScheduleRequest {
             request_id: ask.request_id.to_string(),
@@ -279,7 +300,10 @@ impl Forwarder {
             .extend(self.breakers.excluded(Instant::now()));
         let mut attempt = 0;
         loop {
-            let decision = self.scheduler.schedule(&request).await;
+            // In process, placing is a call that never waits, so this timer is never armed.
+            let decision = tokio::time::timeout_at(ask.deadline, self.scheduler.schedule(&request))
+                .await
+                .unwrap_or_else(|_| Err(deadline_error()));
             let decision = match decision {
                 Ok(d) => d,
                 Err(e) => {
@@ -297,11 +321,20 @@ impl Forwarder {
             let body = ask
                 .upstream
                 .for_pool(&prepared.model, decision.kind, ask.resume);
-            let sent = tokio::time::timeout(
-                self.settings.first_byte_timeout,
-                self.send_to_instance(&decision, ask.upstream.route().path(), ask.request_id, body),
-            )
-            .await;
+            let first_byte_by = ask
+                .deadline
+                .min(tokio::time::Instant::now() + self.settings.first_byte_timeout);
+            alarm.as_mut().reset(first_byte_by);
+            let sent = tokio::select! {
+                biased;
+                sent = self.send_to_instance(&decision, ask.upstream.route().path(), ask.request_id, body) => Ok(sent),
+                () = alarm.as_mut() => Err(()),
+            };
+            if sent.is_err() && first_byte_by >= ask.deadline {
+                self.metrics
+                    .on_scheduled(ask.label, started.elapsed().as_secs_f64() * 1000.0);
+                return Err(deadline_error());
+            }
             let last_try = attempt >= self.settings.retries;
             let (cause, retry_after) = match sent {
                 Ok(Ok(response)) if !retryable(response.status) || last_try => {
@@ -382,7 +415,14 @@ impl Forwarder {
             drop(release);
             request.exclude.push(decision.instance_id);
             attempt += 1;
-            tokio::time::sleep(backoff(attempt, retry_after)).await;
+            let retry_at = tokio::time::Instant::now() + backoff(attempt, retry_after);
+            alarm.as_mut().reset(retry_at.min(ask.deadline));
+            alarm.as_mut().await;
+            if retry_at >= ask.deadline {
+                self.metrics
+                    .on_scheduled(ask.label, started.elapsed().as_secs_f64() * 1000.0);
+                return Err(deadline_error());
+            }
         }
     }
 

@@ -7,7 +7,7 @@
 use crate::answer::AnswerBody;
 use crate::assemble::Assembler;
 use crate::chunk::{ChunkView, HeadKept};
-use crate::forward::{Forwarder, Opened, PoolAsk, ReleaseOnDrop};
+use crate::forward::{Alarm, Forwarder, Opened, PoolAsk, ReleaseOnDrop};
 use crate::metrics::GatewayMetrics;
 use crate::observe::RelayObserver;
 use crate::preprocess::{Prepared, Route};
@@ -75,12 +75,14 @@ pub struct Session {
     /// When the current upstream last sent bytes (or was opened).
     last_heard: tokio::time::Instant,
     /// Wakes the session at the stall or deadline check; re-armed only when it fires early or
-    /// must fire earlier, not on every chunk, so relaying a chunk touches no timer.
-    alarm: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// must fire earlier, not on every chunk, so relaying a chunk touches no timer. It is the
+    /// request's one timer, which also timed the opening of its answer.
+    alarm: Alarm,
 }
 
 impl Session {
-    /// A session over an opened answer; `resume` when the request may resume elsewhere.
+    /// A session over an opened answer; `resume` when the request may resume elsewhere;
+    /// `alarm` is the request's timer.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         forwarder: Arc<Forwarder>,
@@ -91,6 +93,7 @@ impl Session {
         deadline: tokio::time::Instant,
         opened: Opened,
         resume: Option<ResumeWith>,
+        alarm: Alarm,
     ) -> Self {
         let resume = resume.filter(|_| upstream.resumable());
         Session {
@@ -117,7 +120,7 @@ impl Session {
             assembly: None,
             upstream_started: false,
             last_heard: tokio::time::Instant::now(),
-            alarm: Box::pin(tokio::time::sleep_until(deadline)),
+            alarm,
         }
     }
 
@@ -263,29 +266,31 @@ impl Session {
         self.upstream_started = false;
         self._release = None;
         let forwarder = self.forwarder.clone();
-        let opened = tokio::time::timeout_at(
-            self.deadline,
-            forwarder.open_pool(PoolAsk {
-                request_id: &self.request_id,
-                label: &self.label,
-                prepared: &resume.prepared,
-                upstream: &self.upstream,
-                resume: Some(Resume {
-                    generated: &self.generated,
-                }),
-                exclude: self.excluded.clone(),
-            }),
-        )
-        .await;
+        let opened = forwarder
+            .open_pool(
+                PoolAsk {
+                    request_id: &self.request_id,
+                    label: &self.label,
+                    prepared: &resume.prepared,
+                    upstream: &self.upstream,
+                    resume: Some(Resume {
+                        generated: &self.generated,
+                    }),
+                    exclude: self.excluded.clone(),
+                    deadline: self.deadline,
+                },
+                &mut self.alarm,
+            )
+            .await;
         let opened = match opened {
-            Err(_) => {
+            Err(_) if tokio::time::Instant::now() >= self.deadline => {
                 return failed(
                     &self.metrics,
                     &self.label,
                     "The request's deadline passed while resuming.".into(),
                 )
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 return failed(
                     &self.metrics,
                     &self.label,
@@ -295,11 +300,11 @@ impl Session {
                     ),
                 )
             }
-            Ok(Ok(o)) if !o.is_success() || o.kind != Some(EngineKind::Switchyard) => {
+            Ok(o) if !o.is_success() || o.kind != Some(EngineKind::Switchyard) => {
                 let status = o.response.status;
                 return failed(&self.metrics, &self.label, format!("The answer broke off ({why}) and the instance to resume on answered {status}."));
             }
-            Ok(Ok(o)) => o,
+            Ok(o) => o,
         };
         tracing::info!(
             "{}: resuming on {} after {} tokens",

@@ -251,12 +251,11 @@ async fn admit_and_forward(
         (_, Some(m)) => prepare(route, &body, m).map(Cow::Owned),
         (_, None) => Err(ApiError::model_not_found(name)),
     };
-    let opened = tokio::time::timeout_at(
-        deadline,
-        gateway.forwarder.open(&plan, &id, &upstream, &prepare_for),
-    )
-    .await
-    .map_err(|_| deadline_error())??;
+    let mut alarm = Box::pin(tokio::time::sleep_until(deadline));
+    let opened = gateway
+        .forwarder
+        .open(&plan, &id, &upstream, &prepare_for, deadline, &mut alarm)
+        .await?;
     let instance =
         HeaderValue::from_str(&opened.instance).unwrap_or(HeaderValue::from_static("unknown"));
     if !opened.is_success() {
@@ -283,6 +282,7 @@ async fn admit_and_forward(
         deadline,
         opened,
         resume,
+        alarm,
     );
     let mut response = if upstream.streams() {
         let mut r = Response::new(stream_body(session, observer));
