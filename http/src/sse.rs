@@ -26,6 +26,9 @@ impl SseEvent {
 #[derive(Debug, Default)]
 pub struct SseSplitter {
     pending: BytesMut,
+    /// How much of `pending` is known to hold no event's end, so that an event arriving in
+    /// many pieces (a KV snapshot of megabytes) is scanned once, not once a piece.
+    scanned: usize,
 }
 
 impl SseSplitter {
@@ -37,7 +40,14 @@ impl SseSplitter {
     /// The next whole event, if one is there.
     pub fn next_event(&mut self) -> Option<SseEvent> {
         loop {
-            let (end, gap) = event_end(&self.pending)?;
+            // An end (`\n\n` or `\n\r\n`) may have begun in the last two bytes scanned.
+            let from = self.scanned.saturating_sub(2);
+            let Some((end, gap)) = event_end(&self.pending[from..]).map(|(e, g)| (from + e, g))
+            else {
+                self.scanned = self.pending.len();
+                return None;
+            };
+            self.scanned = 0;
             let raw = self.pending.split_to(end + gap).freeze();
             let event = parse_event(raw.slice(..end));
             if event.data.is_some() || !event.token_ids.is_empty() {
@@ -132,5 +142,23 @@ mod tests {
         cut.push(b"data: {\"half");
         assert!(cut.next_event().is_none());
         assert!(cut.has_partial());
+    }
+
+    #[test]
+    fn a_large_event_in_small_pieces_comes_out_whole_once() {
+        let big = format!("data: {}\r\n\r\ndata: next\n\n", "x".repeat(100_000));
+        for size in [1, 2, 3, 7, 4096] {
+            let mut splitter = SseSplitter::default();
+            let mut events = Vec::new();
+            for piece in big.as_bytes().chunks(size) {
+                splitter.push(piece);
+                while let Some(e) = splitter.next_event() {
+                    events.push(e);
+                }
+            }
+            assert_eq!(events.len(), 2, "pieces of {size}");
+            assert_eq!(events[0].data.as_ref().map(|d| d.len()), Some(100_000));
+            assert_eq!(events[1].data.as_deref(), Some(&b"next"[..]));
+        }
     }
 }
