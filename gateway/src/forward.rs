@@ -295,6 +295,10 @@ impl Forwarder {
             ..Default::default()
         };
         let started = Instant::now();
+        let scheduled = || {
+            self.metrics
+                .on_scheduled(ask.label, started.elapsed().as_secs_f64() * 1000.0)
+        };
         request
             .exclude
             .extend(self.breakers.excluded(Instant::now()));
@@ -307,8 +311,7 @@ impl Forwarder {
             let decision = match decision {
                 Ok(d) => d,
                 Err(e) => {
-                    self.metrics
-                        .on_scheduled(ask.label, started.elapsed().as_secs_f64() * 1000.0);
+                    scheduled();
                     return Err(e);
                 }
             };
@@ -331,8 +334,7 @@ impl Forwarder {
                 () = alarm.as_mut() => Err(()),
             };
             if sent.is_err() && first_byte_by >= ask.deadline {
-                self.metrics
-                    .on_scheduled(ask.label, started.elapsed().as_secs_f64() * 1000.0);
+                scheduled();
                 return Err(deadline_error());
             }
             let last_try = attempt >= self.settings.retries;
@@ -344,8 +346,7 @@ impl Forwarder {
                     } else {
                         self.breakers.on_success(&decision.instance_id);
                     }
-                    self.metrics
-                        .on_scheduled(ask.label, started.elapsed().as_secs_f64() * 1000.0);
+                    scheduled();
                     if ask.resume.is_none() {
                         self.metrics.on_placed(
                             request.prompt_tokens,
@@ -376,8 +377,7 @@ impl Forwarder {
                 Ok(Err(e)) if last_try => {
                     self.breakers
                         .on_failure(&decision.instance_id, Instant::now());
-                    self.metrics
-                        .on_scheduled(ask.label, started.elapsed().as_secs_f64() * 1000.0);
+                    scheduled();
                     return Err(ApiError::bad_gateway(format!(
                         "The instance {} could not be reached: {e}",
                         decision.instance_id
@@ -386,8 +386,7 @@ impl Forwarder {
                 Err(_) if last_try => {
                     self.breakers
                         .on_failure(&decision.instance_id, Instant::now());
-                    self.metrics
-                        .on_scheduled(ask.label, started.elapsed().as_secs_f64() * 1000.0);
+                    scheduled();
                     let mut e = ApiError::bad_gateway(format!(
                         "The instance {} sent no answer within {:?}.",
                         decision.instance_id, self.settings.first_byte_timeout
@@ -419,8 +418,7 @@ impl Forwarder {
             alarm.as_mut().reset(retry_at.min(ask.deadline));
             alarm.as_mut().await;
             if retry_at >= ask.deadline {
-                self.metrics
-                    .on_scheduled(ask.label, started.elapsed().as_secs_f64() * 1000.0);
+                scheduled();
                 return Err(deadline_error());
             }
         }
