@@ -7,6 +7,7 @@ use std::time::Duration;
 use switchyard_engine::config::EngineArgs;
 use switchyard_engine::instance::Instance;
 use switchyard_gateway::launcher::GatewayFlags;
+use switchyard_gateway::local::LocalEngines;
 use switchyard_gateway::preprocess::ServedModel;
 use switchyard_gateway::scheduler_client::SchedulerClient;
 use switchyard_gateway::server::router;
@@ -41,6 +42,10 @@ pub struct ServeArgs {
     /// Routing, retries, deadlines, keys, rates and concurrency at the gateway.
     #[command(flatten)]
     pub gateway: GatewayFlags,
+    /// Reach the engines over loopback HTTP, like any other instance, instead of calling them
+    /// in process.
+    #[arg(long, env = "SWITCHYARD_ENGINES_OVER_HTTP")]
+    pub engines_over_http: bool,
     /// The engines' model, backend and limits.
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -60,6 +65,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut instances = Vec::new();
     let mut urls = Vec::new();
     let mut servers = Vec::new();
+    let mut local = Vec::new();
     for (i, part) in parts.into_iter().enumerate() {
         let port = args
             .engine_port
@@ -69,7 +75,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on 127.0.0.1:{port}"))?;
         let instance = Instance::start(part);
-        urls.push(format!("http://127.0.0.1:{port}"));
+        let url = format!("http://127.0.0.1:{port}");
+        if !args.engines_over_http {
+            local.push((
+                url.clone(),
+                switchyard_engine::server::router(instance.clone()),
+            ));
+        }
+        urls.push(url);
         servers.push(tokio::spawn(switchyard_engine::launcher::serve(
             listener,
             instance.clone(),
@@ -112,6 +125,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         SchedulerClient::InProcess(scheduler.clone()),
         format!("serve-{}", std::process::id()),
         Some(scheduler),
+        LocalEngines::new(local),
     )?;
     let addr = format!("{}:{}", args.host, args.port);
     let listener = TcpListener::bind(&addr)

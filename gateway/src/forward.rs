@@ -9,6 +9,7 @@
 use crate::answer::{post_with_reqwest, Answer};
 use crate::breaker::{BreakerState, Breakers};
 use crate::http1_client::Http1Client;
+use crate::local::{post_local, LocalEngines};
 use crate::metrics::GatewayMetrics;
 use crate::preprocess::Prepared;
 use crate::relay::deadline_error;
@@ -75,6 +76,8 @@ pub struct Forwarder {
     engine_http2_client: reqwest::Client,
     /// The client for the pool's other `http://` instances.
     pool_client: Arc<Http1Client>,
+    /// The pool's engines that run in this process.
+    local: LocalEngines,
     scheduler: SchedulerClient,
     gateway_id: String,
     settings: ForwardSettings,
@@ -151,12 +154,14 @@ fn retryable(status: reqwest::StatusCode) -> bool {
 }
 
 impl Forwarder {
-    /// A forwarder over `scheduler`, identifying itself as `gateway_id`.
+    /// A forwarder over `scheduler`, identifying itself as `gateway_id`, calling the `local`
+    /// engines in process.
     pub fn new(
         scheduler: SchedulerClient,
         gateway_id: String,
         settings: ForwardSettings,
         metrics: Arc<GatewayMetrics>,
+        local: LocalEngines,
     ) -> reqwest::Result<Self> {
         let http1 = || {
             let builder = reqwest::Client::builder()
@@ -179,6 +184,7 @@ impl Forwarder {
             client: http1().build()?,
             engine_http2_client: engine_http2_client.build()?,
             pool_client: Http1Client::new(CONNECT_TIMEOUT, switchyard_http::CLIENT_IDLE_TIMEOUT),
+            local,
             scheduler,
             gateway_id,
             settings,
@@ -424,9 +430,9 @@ impl Forwarder {
         }
     }
 
-    /// Sends a pool request to the instance `decision` chose: over HTTP/2 to a switchyard
-    /// engine when the settings ask for it, with reqwest to an `https` one, else over the lean
-    /// HTTP/1.1 client.
+    /// Sends a pool request to the instance `decision` chose: by a call to an engine in this
+    /// process, over HTTP/2 to a switchyard engine when the settings ask for it, with reqwest to
+    /// an `https` one, else over the lean HTTP/1.1 client.
     async fn send_to_instance(
         &self,
         decision: &ScheduleDecision,
@@ -434,7 +440,6 @@ impl Forwarder {
         request_id: &str,
         body: bytes::Bytes,
     ) -> std::io::Result<Answer> {
-        let url = format!("{}{}", decision.endpoint, path);
         let switchyard = decision.kind == EngineKind::Switchyard;
         let all = [
             ("content-type", "application/json"),
@@ -442,6 +447,10 @@ impl Forwarder {
             (switchyard_protocol::TOKEN_IDS_HEADER, "1"),
         ];
         let headers = if switchyard { &all[..] } else { &all[..2] };
+        if let Some(engine) = self.local.get(&decision.endpoint) {
+            return post_local(engine, path, headers, body).await;
+        }
+        let url = format!("{}{}", decision.endpoint, path);
         if switchyard && self.settings.engine_http2 {
             post_with_reqwest(&self.engine_http2_client, &url, headers, body).await
         } else if url.starts_with("http://") {

@@ -3,6 +3,7 @@
 
 use crate::admission::{Admission, AdmissionArgs};
 use crate::forward::{ForwardSettings, Forwarder};
+use crate::local::LocalEngines;
 use crate::metrics::GatewayMetrics;
 use crate::preprocess::ServedModel;
 use crate::routes::{self, RouteTable, Routes};
@@ -118,14 +119,15 @@ fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
 
 impl GatewayFlags {
     /// A gateway over `models` of the pool, asking `scheduler` as `gateway_id`, with
-    /// `in_process_scheduler` (in `serve`) behind its `/metrics` and `/v1/instances`; watches the
-    /// route config, if any.
+    /// `in_process_scheduler` (in `serve`) behind its `/metrics` and `/v1/instances` and the
+    /// `local` engines (in `serve`) called in process; watches the route config, if any.
     pub fn build(
         &self,
         models: Vec<ServedModel>,
         scheduler: SchedulerClient,
         gateway_id: String,
         in_process_scheduler: Option<Arc<SchedulerService>>,
+        local: LocalEngines,
     ) -> anyhow::Result<Arc<Gateway>> {
         let pool: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
         let routes = Arc::new(match &self.route_config {
@@ -155,7 +157,7 @@ impl GatewayFlags {
             models,
             routes,
             forwarder: Arc::new(
-                Forwarder::new(scheduler, gateway_id, settings, metrics.clone())
+                Forwarder::new(scheduler, gateway_id, settings, metrics.clone(), local)
                     .context("cannot build the gateway's HTTP clients")?,
             ),
             metrics,
@@ -212,9 +214,13 @@ pub async fn run(
         gateway_id.clone(),
         args.gateway.admin.admin_key.clone(),
     ));
-    let gateway = args
-        .gateway
-        .build(vec![served], scheduler, gateway_id, None)?;
+    let gateway = args.gateway.build(
+        vec![served],
+        scheduler,
+        gateway_id,
+        None,
+        LocalEngines::default(),
+    )?;
     let addr = format!("{}:{}", args.host, args.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await

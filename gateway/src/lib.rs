@@ -15,6 +15,7 @@ pub mod forward;
 pub mod guarded_body;
 pub mod http1_client;
 pub mod launcher;
+pub mod local;
 pub mod metrics;
 pub mod observe;
 pub mod preprocess;

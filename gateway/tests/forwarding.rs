@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use switchyard_gateway::admission::AdmissionArgs;
 use switchyard_gateway::launcher::GatewayFlags;
+use switchyard_gateway::local::LocalEngines;
 use switchyard_gateway::preprocess::ServedModel;
 use switchyard_gateway::scheduler_client::SchedulerClient;
 use switchyard_gateway::server::router;
@@ -256,6 +257,7 @@ async fn gateway(instances: &[(&str, EngineKind)], flags: GatewayFlags) -> Strin
             SchedulerClient::InProcess(scheduler),
             "test-gateway".into(),
             None,
+            LocalEngines::default(),
         )
         .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -400,10 +400,20 @@ async fn main() {
         "--max-num-seqs",
         "512",
     ];
-    {
-        let serve = Process::serve(1, &sim).await;
+    for (setup, transport) in [
+        (
+            "`switchyard serve --engines 1` (scheduler and engine called in process)",
+            None,
+        ),
+        (
+            "`switchyard serve --engines 1 --engines-over-http` (scheduler in process, engine over loopback HTTP)",
+            Some("--engines-over-http"),
+        ),
+    ] {
+        let args: Vec<&str> = sim.iter().copied().chain(transport).collect();
+        let serve = Process::serve(1, &args).await;
         measure(
-            "`switchyard serve --engines 1` (scheduler in process)",
+            setup,
             &serve.engine_url(0),
             &serve.url(0),
             None,

@@ -1,6 +1,7 @@
 //! `switchyard serve`: one OpenAI endpoint in front of its engines, through the in-process
 //! scheduler.
 
+use futures::StreamExt;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -412,4 +413,60 @@ async fn sigterm_stops_serve_and_a_followed_engine_promptly() {
         exits_within(engine, Duration::from_secs(10)).await,
         "engine"
     );
+}
+
+/// Streams a completion through `serve`'s gateway, leaves after its first chunk, and checks
+/// that the engine dropped the request and the gateway counts nothing in flight.
+async fn a_client_that_leaves_frees_the_engine_request(transport: &[&str]) {
+    let mut args = vec!["--backend", "sim", "--sim-time-scale", "1"];
+    args.extend_from_slice(transport);
+    let serve = Process::serve(1, &args).await;
+    let (base, engine) = (serve.url(0), serve.engine_url(0));
+    until_completing(&base).await;
+    let client = reqwest::Client::new();
+    let whole = client
+        .post(format!("{base}/v1/completions"))
+        .json(&json!({"prompt": "whole", "max_tokens": 3, "ignore_eos": true, "stream": true}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(whole.matches("data: {").count(), 3, "{whole}");
+    assert!(whole.trim_end().ends_with("data: [DONE]"), "{whole}");
+
+    let response = client
+        .post(format!("{base}/v1/completions"))
+        .json(&json!({"prompt": "leave early", "max_tokens": 5000, "ignore_eos": true, "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    body.next().await.unwrap().unwrap();
+    let running = |text: &str| metric_value(text, "vllm:num_requests_running");
+    assert_eq!(running(&metrics_text(&client, &engine).await), 1.0);
+    drop(body);
+    let mut freed = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if running(&metrics_text(&client, &engine).await) == 0.0 {
+            freed = true;
+            break;
+        }
+    }
+    assert!(freed, "the engine dropped the request");
+    let metrics = metrics_text(&client, &base).await;
+    assert_eq!(metric_value(&metrics, "gateway_current_requests"), 0.0);
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_frees_an_engine_called_in_process() {
+    a_client_that_leaves_frees_the_engine_request(&[]).await;
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_frees_an_engine_called_over_loopback_http() {
+    a_client_that_leaves_frees_the_engine_request(&["--engines-over-http"]).await;
 }
