@@ -43,7 +43,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub gateway: GatewayFlags,
     /// Reach the engines over loopback HTTP, like any other instance, instead of calling them
-    /// in process.
+    /// in process (`--engine-http2` implies it).
     #[arg(long, env = "SWITCHYARD_ENGINES_OVER_HTTP")]
     pub engines_over_http: bool,
     /// The engines' model, backend and limits.
@@ -66,6 +66,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut urls = Vec::new();
     let mut servers = Vec::new();
     let mut local = Vec::new();
+    let in_process = !(args.engines_over_http || args.gateway.engine_http2);
     for (i, part) in parts.into_iter().enumerate() {
         let port = args
             .engine_port
@@ -76,7 +77,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot listen on 127.0.0.1:{port}"))?;
         let instance = Instance::start(part);
         let url = format!("http://127.0.0.1:{port}");
-        if !args.engines_over_http {
+        if in_process {
             local.push((
                 url.clone(),
                 switchyard_engine::server::router(instance.clone()),
