@@ -51,15 +51,12 @@ async fn one_endpoint_serves_and_spreads_over_its_engines() {
     );
     assert_eq!(chat["usage"]["completion_tokens"], 5);
 
-    let stream = client
-        .post(format!("{base}/v1/completions"))
-        .json(&json!({"prompt": "Hello", "max_tokens": 4, "ignore_eos": true, "stream": true}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let stream = streamed_text(
+        &client,
+        &base,
+        json!({"prompt": "Hello", "max_tokens": 4, "ignore_eos": true, "stream": true}),
+    )
+    .await;
     assert!(stream.trim_end().ends_with("data: [DONE]"), "{stream}");
 
     let mut used = HashSet::new();
@@ -415,6 +412,19 @@ async fn sigterm_stops_serve_and_a_followed_engine_promptly() {
     );
 }
 
+/// The whole text of a streamed completion of `body` from the gateway at `base`.
+async fn streamed_text(client: &reqwest::Client, base: &str, body: Value) -> String {
+    client
+        .post(format!("{base}/v1/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// Streams a completion through `serve`'s gateway, leaves after its first chunk, and checks
 /// that the engine dropped the request and the gateway counts nothing in flight.
 async fn a_client_that_leaves_frees_the_engine_request(transport: &[&str]) {
@@ -424,15 +434,12 @@ async fn a_client_that_leaves_frees_the_engine_request(transport: &[&str]) {
     let (base, engine) = (serve.url(0), serve.engine_url(0));
     until_completing(&base).await;
     let client = reqwest::Client::new();
-    let whole = client
-        .post(format!("{base}/v1/completions"))
-        .json(&json!({"prompt": "whole", "max_tokens": 3, "ignore_eos": true, "stream": true}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let whole = streamed_text(
+        &client,
+        &base,
+        json!({"prompt": "whole", "max_tokens": 3, "ignore_eos": true, "stream": true}),
+    )
+    .await;
     assert_eq!(whole.matches("data: {").count(), 3, "{whole}");
     assert!(whole.trim_end().ends_with("data: [DONE]"), "{whole}");
 
