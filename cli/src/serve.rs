@@ -1,5 +1,6 @@
 //! `switchyard serve`: engines, scheduler and gateway in one process. The engines listen on
-//! loopback ports, the scheduler runs in process over them, and the gateway is the one endpoint.
+//! loopback ports, the scheduler runs in process over them, and the gateway is the one endpoint;
+//! it calls the engines' routes in process unless told to reach them over HTTP.
 
 use anyhow::Context;
 use std::sync::Arc;
