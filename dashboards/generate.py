@@ -248,6 +248,21 @@ def component_dashboard():
     d.rate("Reclaimed requests", "scheduler_reclaimed_requests_total", "",
            description="Released because their gateway went silent (killed or cut off).")
     d.latency("Scheduling work", "request_full_mode_schedule_duration_milliseconds", "ms")
+    d.latency("Prefix index lookup", "request_query_prefix_cache_hit_duration_milliseconds", "ms",
+              description="Looking a request's block hashes up in the prefix index.")
+    d.latency("Prefix hits per instance", "request_calc_prefix_cache_hit_duration_milliseconds",
+              "ms", description="Turning the lookup into each instance's cached blocks.")
+    d.latency("CMS status refresh", "scheduler_cms_refresh_status_duration_milliseconds", "ms",
+              description="Taking in one engine status: CMS, LRS reconciliation, predictor.")
+    d.latency("CMS metadata refresh", "scheduler_cms_refresh_metadata_duration_milliseconds",
+              "ms", description="Adding or updating an instance's description.")
+    d.row("Prediction accuracy")
+    d.latency("Prediction error", "scheduler_prediction_error_ratio", "percentunit", by="kind",
+              description="(predicted - actual) / actual of the chosen instance's TTFT and TPOT, "
+                          "as the gateway saw them when the request finished: 0 is exact, "
+                          "+0.5 predicted half again too slow.", width=12)
+    d.heatmap("TPOT prediction error", "scheduler_prediction_error_ratio", "percentunit",
+              'kind="tpot"', width=12)
     for infer in INFER_TYPES:
         d.row(f"Chosen instances ({infer})")
         t = f'infer_type="{infer}"'

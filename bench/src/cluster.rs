@@ -8,7 +8,7 @@
 //! step and after each request it accepts, as the real engines do on their streams; nothing else
 //! passes time, so an hour-long trace replays as fast as the cores can plan their steps.
 
-use crate::stats::Outcome;
+use crate::stats::{Outcome, Slo};
 use crate::text::Words;
 use crate::workload::{BenchRequest, Prompt};
 use indicatif::ProgressBar;
@@ -22,9 +22,11 @@ use switchyard_engine::core::{AddError, CoreConfig, EngineCore, NewSeq, SeqEvent
 use switchyard_engine::sampling::{SamplingParams, StopParams};
 use switchyard_engine::sched::SeqId;
 use switchyard_protocol::hashing::block_hashes;
-use switchyard_protocol::schedule::{InferStage, ScheduleRequest};
+use switchyard_protocol::schedule::{InferStage, Observed, ScheduleRequest};
 use switchyard_scheduler::cms::InstanceMeta;
 use switchyard_scheduler::policy::Policy;
+use switchyard_scheduler::predictor::PredictionErrors;
+use switchyard_scheduler::score::Slos;
 use switchyard_scheduler::{Scheduler, SchedulerConfig};
 use switchyard_text::tokenizer::{Tokenizer, IM_END, IM_START};
 
@@ -35,10 +37,8 @@ pub struct ClusterConfig {
     pub instances: usize,
     /// The scheduler's placement policy.
     pub policy: Policy,
-    /// With the predictive policy: the TPOT objective, seconds.
-    pub tpot_slo: Option<f64>,
-    /// With the predictive policy: the backlog weight (`SchedulerConfig::backlog_weight`).
-    pub backlog_weight: f64,
+    /// With the predictive policy: the objectives it places for.
+    pub slos: Slos,
     /// The GPU each instance runs on.
     pub gpu: GpuProfile,
     /// The model it serves.
@@ -68,6 +68,9 @@ pub struct SimRun {
     pub unlimited_prefix_cache_hit_rate: f64,
     /// Engine steps taken over all instances.
     pub steps: u64,
+    /// How far the scheduler's predictions for each finished request were from what it got
+    /// (requests of one token have no TPOT).
+    pub prediction_errors: Vec<PredictionErrors>,
 }
 
 /// One engine instance: its core, its step model and the step in progress.
@@ -85,6 +88,18 @@ struct Track {
     arrival: f64,
     last_token: Option<f64>,
     outcome: Outcome,
+    /// Counted against the SLOs already (its TTFT missed).
+    missed: bool,
+}
+
+/// When to stop a run early: once more than `misses` requests have missed the SLOs, the run can
+/// no longer be inside them, and the rest of it is not simulated.
+#[derive(Debug, Clone, Copy)]
+pub struct GiveUp {
+    /// The goals.
+    pub slo: Slo,
+    /// Misses allowed.
+    pub misses: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -184,8 +199,7 @@ impl Cluster {
                 policy: config.policy,
                 staleness: f64::INFINITY,
                 block_size: config.block_size as u32,
-                tpot_slo: config.tpot_slo,
-                backlog_weight: config.backlog_weight,
+                slos: config.slos,
                 ..SchedulerConfig::default()
             },
             0,
@@ -276,12 +290,35 @@ impl Cluster {
 
     /// Replays `requests` (their `at` is the arrival time) and returns what each client saw.
     pub fn run(
-        mut self,
+        self,
         requests: &[BenchRequest],
         words: &Words,
         tokenizer: &Tokenizer,
         progress: &ProgressBar,
     ) -> SimRun {
+        self.run_until(requests, words, tokenizer, progress, None)
+            .expect("a run without a miss budget ends")
+    }
+
+    /// [`Cluster::run`], or `None` as soon as more requests than `give_up` allows missed its
+    /// SLOs.
+    pub fn run_until(
+        mut self,
+        requests: &[BenchRequest],
+        words: &Words,
+        tokenizer: &Tokenizer,
+        progress: &ProgressBar,
+        give_up: Option<GiveUp>,
+    ) -> Option<SimRun> {
+        let mut misses = 0usize;
+        let mut miss = |t: &mut Track| -> bool {
+            let Some(g) = give_up else { return false };
+            if !t.missed && !g.slo.met(&t.outcome) {
+                t.missed = true;
+                misses += 1;
+            }
+            misses > g.misses
+        };
         let mut tracks: Vec<Track> = requests
             .iter()
             .map(|r| Track {
@@ -294,6 +331,7 @@ impl Cluster {
         }
         let (mut prompt_total, mut cached_total, mut steps) = (0usize, 0usize, 0u64);
         let mut unlimited = UnlimitedCache::default();
+        let mut prediction_errors = Vec::new();
         let mut end = 0.0f64;
         while let Some(event) = self.events.pop() {
             let now = event.time;
@@ -307,6 +345,9 @@ impl Cluster {
                     {
                         track.outcome.error = Some("prompt_too_long".into());
                         progress.inc(1);
+                        if miss(track) {
+                            return None;
+                        }
                         continue;
                     }
                     self.scheduler.tick(now);
@@ -327,6 +368,9 @@ impl Cluster {
                         Err(e) => {
                             track.outcome.error = Some(format!("schedule_{}", e.label()));
                             progress.inc(1);
+                            if miss(track) {
+                                return None;
+                            }
                             continue;
                         }
                     };
@@ -360,6 +404,9 @@ impl Cluster {
                             self.scheduler.release(&i.to_string());
                             track.outcome.error = Some("queue_full".into());
                             progress.inc(1);
+                            if miss(track) {
+                                return None;
+                            }
                         }
                     }
                 }
@@ -377,12 +424,20 @@ impl Cluster {
                                     continue;
                                 };
                                 let t = &mut tracks[i];
-                                match t.last_token {
-                                    None => t.outcome.ttft = Some(now - t.arrival),
-                                    Some(last) => t.outcome.itls.push(now - last),
-                                }
-                                t.last_token = Some(now);
                                 t.outcome.output_tokens += 1;
+                                match t.last_token {
+                                    None => {
+                                        t.outcome.ttft = Some(now - t.arrival);
+                                        t.last_token = Some(now);
+                                        if miss(t) {
+                                            return None;
+                                        }
+                                    }
+                                    Some(last) => {
+                                        t.outcome.itls.push(now - last);
+                                        t.last_token = Some(now);
+                                    }
+                                }
                             }
                             SeqEvent::Finished(finished) => {
                                 let Some(i) = self.nodes[n].requests.remove(&finished.seq) else {
@@ -393,9 +448,17 @@ impl Cluster {
                                 t.outcome.prompt_tokens = finished.prompt_tokens as u32;
                                 prompt_total += finished.prompt_tokens;
                                 cached_total += finished.cached_tokens;
-                                self.scheduler.release(&finished.request_id);
+                                let observed = Observed {
+                                    ttft_ms: t.outcome.ttft.map(|s| s * 1e3),
+                                    tpot_ms: t.outcome.tpot().map(|s| s * 1e3),
+                                };
+                                prediction_errors
+                                    .push(self.scheduler.finish(&finished.request_id, &observed));
                                 end = end.max(now);
                                 progress.inc(1);
+                                if miss(t) {
+                                    return None;
+                                }
                             }
                         }
                     }
@@ -405,7 +468,7 @@ impl Cluster {
             }
         }
         let start = requests.first().map_or(0.0, |r| r.at);
-        SimRun {
+        Some(SimRun {
             outcomes: tracks.into_iter().map(|t| t.outcome).collect(),
             duration: (end - start).max(0.0),
             prefix_cache_hit_rate: if prompt_total == 0 {
@@ -415,7 +478,8 @@ impl Cluster {
             },
             unlimited_prefix_cache_hit_rate: unlimited.hit_rate(),
             steps,
-        }
+            prediction_errors,
+        })
     }
 }
 
@@ -455,8 +519,7 @@ mod tests {
         ClusterConfig {
             instances,
             policy,
-            tpot_slo: None,
-            backlog_weight: switchyard_scheduler::DEFAULT_BACKLOG_WEIGHT,
+            slos: Slos::default(),
             gpu: GpuProfile::by_name("h100").unwrap(),
             shape: ModelShape::preset("qwen3-0.6b").unwrap(),
             block_size: 16,

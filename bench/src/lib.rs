@@ -7,7 +7,8 @@
 //! TTFT, inter-token gaps, end-to-end time, output tokens and errors; [`stats`] summarizes them
 //! with percentiles, throughput and goodput under SLOs, and [`report`] writes JSON, a markdown
 //! table and SVG plots. [`live`] is `switchyard bench`; [`workload_args`] holds the flags it
-//! shares with the simulator.
+//! shares with the simulator; [`suite`] runs every placement policy on every workload of the
+//! policy suite.
 
 pub mod cluster;
 pub mod live;
@@ -15,6 +16,7 @@ pub mod report;
 pub mod runner;
 pub mod sim;
 pub mod stats;
+pub mod suite;
 pub mod text;
 pub mod workload;
 pub mod workload_args;

@@ -3,30 +3,35 @@
 
 use crate::cluster::{Cluster, ClusterConfig};
 use crate::report::{markdown, progress_bar, write_results, RunResult};
-use crate::stats::summarize;
+use crate::stats::{summarize, Slo};
+use crate::suite::SuiteArgs;
 use crate::text::Words;
 use crate::workload_args::WorkloadArgs;
 use std::path::PathBuf;
 use std::time::Instant;
-use switchyard_scheduler::launcher::PredictiveFlags;
 use switchyard_scheduler::policy::Policy;
+use switchyard_scheduler::predictor::PredictionErrors;
+use switchyard_scheduler::score::Slos;
+use switchyard_scheduler::SchedulerConfig;
 
 /// Flags of `switchyard sim`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimArgs {
-    /// Engine instances.
-    #[arg(long, default_value_t = 8)]
-    pub instances: usize,
+    /// Engine instances (default 8; with --suite 16).
+    #[arg(long)]
+    pub instances: Option<usize>,
     /// Placement policies to compare, comma-separated: round-robin, least-load, least-tokens,
-    /// power-of-two, cache-aware, predictive.
-    #[arg(long, value_delimiter = ',', default_value = "cache-aware")]
+    /// power-of-two, cache-aware, predictive (default: the scheduler's default; with --suite,
+    /// all of them).
+    #[arg(long, value_delimiter = ',')]
     pub policy: Vec<String>,
     /// The GPU of every instance: h100, h200, a100, l40s or a10.
     #[arg(long, default_value = "h100")]
     pub sim_gpu: String,
-    /// The model shape: qwen3-0.6b, llama-3.2-1b, llama-3.1-8b, qwen3-32b, or a config.json path.
-    #[arg(long, default_value = "qwen3-0.6b")]
-    pub sim_model: String,
+    /// The model shape: qwen3-0.6b, llama-3.2-1b, llama-3.1-8b, qwen3-32b, or a config.json path
+    /// (default qwen3-0.6b; with --suite llama-3.1-8b).
+    #[arg(long)]
+    pub sim_model: Option<String>,
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
@@ -42,28 +47,77 @@ pub struct SimArgs {
     /// Host memory per instance for the prefix cache's host tier, in GiB (0: none).
     #[arg(long, default_value_t = 0.0)]
     pub kv_offloading_size: f64,
-    /// The predictive policy's weighting.
-    #[command(flatten)]
-    pub predictive: PredictiveFlags,
     /// What to replay.
     #[command(flatten)]
     pub workload: WorkloadArgs,
-    /// Write result.json, result.md and SVG plots here.
+    /// Run the placement policy suite instead of one workload.
+    #[command(flatten)]
+    pub suite: SuiteArgs,
+    /// Write result.json, result.md and SVG plots here (with --suite: suite.md, suite.json and
+    /// a folder of plots for each workload).
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
 
+impl SimArgs {
+    /// Instances to simulate.
+    pub fn instances(&self) -> usize {
+        let default = if self.suite.suite { 16 } else { 8 };
+        self.instances.unwrap_or(default)
+    }
+
+    /// The model shape's name or path.
+    pub fn sim_model(&self) -> &str {
+        let default = if self.suite.suite {
+            "llama-3.1-8b"
+        } else {
+            "qwen3-0.6b"
+        };
+        self.sim_model.as_deref().unwrap_or(default)
+    }
+
+    /// The policies asked for by name (`default` when none are).
+    pub fn policies(&self, default: &[Policy]) -> anyhow::Result<Vec<(String, Policy)>> {
+        if self.policy.is_empty() {
+            return Ok(default.iter().map(|p| (p.name().to_string(), *p)).collect());
+        }
+        self.policy
+            .iter()
+            .map(|p| Ok((p.clone(), p.parse::<Policy>().map_err(anyhow::Error::msg)?)))
+            .collect()
+    }
+
+    /// The cluster these flags describe, placing with `policy` for the objectives `slo`.
+    pub fn cluster_config(&self, policy: Policy, slo: Slo) -> anyhow::Result<ClusterConfig> {
+        let (gpu, shape) =
+            switchyard_engine::backend::sim::resolve(&self.sim_gpu, self.sim_model())?;
+        if self.instances() == 0 {
+            anyhow::bail!("--instances must be at least 1");
+        }
+        Ok(ClusterConfig {
+            instances: self.instances(),
+            policy,
+            slos: Slos {
+                ttft: slo.ttft_ms.map(|ms| ms / 1e3),
+                tpot: slo.tpot_ms.map(|ms| ms / 1e3),
+            },
+            gpu,
+            shape,
+            block_size: self.block_size,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            max_num_seqs: self.max_num_seqs,
+            gpu_memory_utilization: self.gpu_memory_utilization,
+            kv_offloading_size: self.kv_offloading_size,
+        })
+    }
+}
+
 /// Runs `switchyard sim`.
 pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
-    let (gpu, shape) = switchyard_engine::backend::sim::resolve(&args.sim_gpu, &args.sim_model)?;
-    if args.instances == 0 {
-        anyhow::bail!("--instances must be at least 1");
+    if args.suite.suite {
+        return crate::suite::run_suite(&args);
     }
-    let policies: Vec<(String, Policy)> = args
-        .policy
-        .iter()
-        .map(|p| Ok((p.clone(), p.parse::<Policy>().map_err(anyhow::Error::msg)?)))
-        .collect::<anyhow::Result<_>>()?;
+    let policies = args.policies(&[SchedulerConfig::default().policy])?;
     let w = &args.workload;
     let words = Words::builtin();
     let base = w.workload(&words)?;
@@ -71,19 +125,7 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
     let mut results = Vec::new();
     for (name, policy) in &policies {
         for (offered, requests) in w.sweep(&base) {
-            let config = ClusterConfig {
-                instances: args.instances,
-                policy: *policy,
-                tpot_slo: w.slo_tpot.map(|ms| ms / 1e3),
-                backlog_weight: args.predictive.backlog_weight,
-                gpu,
-                shape: shape.clone(),
-                block_size: args.block_size,
-                max_num_batched_tokens: args.max_num_batched_tokens,
-                max_num_seqs: args.max_num_seqs,
-                gpu_memory_utilization: args.gpu_memory_utilization,
-                kv_offloading_size: args.kv_offloading_size,
-            };
+            let config = args.cluster_config(*policy, w.slo())?;
             let progress = progress_bar(requests.len(), format!("{name} at {offered:.2} req/s"));
             let started = Instant::now();
             let cluster = Cluster::new(
@@ -105,6 +147,15 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
                 100.0 * run.unlimited_prefix_cache_hit_rate,
                 100.0 * run.prefix_cache_hit_rate / run.unlimited_prefix_cache_hit_rate.max(1e-9)
             );
+            let mean_abs = |pick: fn(&PredictionErrors) -> Option<f64>| {
+                let errors: Vec<f64> = run.prediction_errors.iter().filter_map(pick).collect();
+                100.0 * errors.iter().map(|e| e.abs()).sum::<f64>() / errors.len().max(1) as f64
+            };
+            eprintln!(
+                "mean absolute prediction error of the chosen instance: TTFT {:.0}%, TPOT {:.0}%",
+                mean_abs(|e| e.ttft),
+                mean_abs(|e| e.tpot)
+            );
             results.push(RunResult {
                 label: name.clone(),
                 rate: offered,
@@ -118,9 +169,9 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
     }
     let header = serde_json::json!({
         "simulated": {
-            "instances": args.instances,
+            "instances": args.instances(),
             "gpu": args.sim_gpu,
-            "model": args.sim_model,
+            "model": args.sim_model(),
         },
         "workload": w.workload,
         "slo": w.slo(),

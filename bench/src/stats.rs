@@ -91,7 +91,8 @@ pub struct Slo {
 }
 
 impl Slo {
-    fn met(&self, o: &Outcome) -> bool {
+    /// Whether a request's outcome meets both goals.
+    pub fn met(&self, o: &Outcome) -> bool {
         if o.error.is_some() {
             return false;
         }

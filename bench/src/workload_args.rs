@@ -2,9 +2,15 @@
 
 use crate::stats::Slo;
 use crate::text::Words;
-use crate::workload::synthetic::{self, Arrivals, MultiTurn, SharedPrefix};
+use crate::workload::agentic::{self, Agentic};
+use crate::workload::long_context::{self, LongContext};
+use crate::workload::synthetic::{self, Arrivals, MultiTurn, PromptForm, SharedPrefix};
 use crate::workload::{at_rate, azure, mooncake, BenchRequest};
 use anyhow::{bail, Context};
+
+/// Mean seconds a `multi-turn` user thinks before the next turn, at the generator's own pace
+/// (a sweep rescales it with the arrival times).
+const MULTI_TURN_THINK_SECONDS: f64 = 5.0;
 
 /// How generated requests arrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -18,7 +24,9 @@ pub enum ArrivalKind {
 /// What to send and when.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkloadArgs {
-    /// Workload: `mooncake:PATH`, `azure:PATH`, `plain`, `shared-prefix` or `multi-turn`.
+    /// Workload: `mooncake:PATH`, `azure:PATH`, `plain`, `shared-prefix`, `multi-turn`,
+    /// `agentic` (sessions re-sending a growing history; --conversations sessions
+    /// starting as --arrival draws) or `long-context` (one prompt in ten of 16k-32k tokens).
     #[arg(long, default_value = "plain")]
     pub workload: String,
     /// Mean request rates to sweep, comma-separated (traces: rescaled to each; default: the
@@ -55,7 +63,7 @@ pub struct WorkloadArgs {
     /// `shared-prefix` questions and `multi-turn` user messages: tokens.
     #[arg(long, default_value_t = 64)]
     pub question_len: usize,
-    /// `multi-turn`: conversations.
+    /// `multi-turn`: conversations (their starts arrive as --arrival draws); `agentic`: sessions.
     #[arg(long, default_value_t = 50)]
     pub conversations: usize,
     /// `multi-turn`: turns a conversation.
@@ -115,6 +123,7 @@ impl WorkloadArgs {
                         },
                         arrivals,
                         words,
+                        PromptForm::Chat,
                         self.seed,
                     );
                     r.truncate(self.num_requests.unwrap_or(usize::MAX));
@@ -127,17 +136,39 @@ impl WorkloadArgs {
                             turns: self.turns,
                             user_tokens: self.question_len,
                             answer_tokens: self.output_len,
+                            think_seconds: MULTI_TURN_THINK_SECONDS,
                         },
                         arrivals,
                         words,
+                        PromptForm::Chat,
                         self.seed,
                     );
                     r.truncate(self.num_requests.unwrap_or(usize::MAX));
                     r
                 }
+                "agentic" => {
+                    let mut r = agentic::agentic(
+                        Agentic {
+                            sessions: self.conversations,
+                            ..Agentic::default()
+                        },
+                        arrivals,
+                        self.seed,
+                    );
+                    r.truncate(self.num_requests.unwrap_or(usize::MAX));
+                    r
+                }
+                "long-context" => long_context::long_context(
+                    LongContext {
+                        requests: n,
+                        ..LongContext::default()
+                    },
+                    arrivals,
+                    self.seed,
+                ),
                 other => bail!(
                     "unknown --workload {other:?}: mooncake:PATH, azure:PATH, plain, \
-                     shared-prefix or multi-turn"
+                     shared-prefix, multi-turn, agentic or long-context"
                 ),
             },
         };

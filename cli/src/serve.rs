@@ -12,7 +12,7 @@ use switchyard_gateway::local::LocalEngines;
 use switchyard_gateway::preprocess::ServedModel;
 use switchyard_gateway::scheduler_client::SchedulerClient;
 use switchyard_gateway::server::router;
-use switchyard_scheduler::launcher::PredictiveFlags;
+use switchyard_scheduler::launcher::SloFlags;
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::service::{run_discovery, Discovery, FollowSettings, SchedulerService};
 use switchyard_scheduler::{Scheduler, SchedulerConfig};
@@ -35,11 +35,11 @@ pub struct ServeArgs {
     #[arg(long, env = "SWITCHYARD_ENGINE_PORT", default_value_t = 8100)]
     pub engine_port: u16,
     /// Placement policy of the in-process scheduler.
-    #[arg(long, env = "SWITCHYARD_POLICY", default_value = "cache-aware")]
+    #[arg(long, env = "SWITCHYARD_POLICY", default_value = "predictive")]
     pub policy: Policy,
-    /// The predictive policy's weighting.
+    /// The predictive policy's objectives.
     #[command(flatten)]
-    pub predictive: PredictiveFlags,
+    pub slo: SloFlags,
     /// Routing, retries, deadlines, keys, rates and concurrency at the gateway.
     #[command(flatten)]
     pub gateway: GatewayFlags,
@@ -94,12 +94,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let scheduler = Arc::new(SchedulerService::new(
         Scheduler::new(
-            SchedulerConfig {
+            args.slo.apply(SchedulerConfig {
                 policy: args.policy,
                 block_size: args.engine.block_size as u32,
-                backlog_weight: args.predictive.backlog_weight,
                 ..Default::default()
-            },
+            })?,
             0,
         ),
         false,

@@ -127,7 +127,12 @@ impl Instance {
         let (commands, receiver) = mpsc::unbounded_channel();
         let (status, _) = broadcast::channel(STATUS_BUFFER);
         let (kv, _) = broadcast::channel(KV_BUFFER);
-        let (latest, latest_status) = watch::channel(Arc::new(EngineStatus::default()));
+        // The first status a subscriber sees is the idle core's own (capacity, step budget),
+        // not an empty one: a scheduler that took an empty status for an instance predicted it
+        // computes one token a step with no KV room, and sent it nothing until its first step.
+        let mut core = EngineCore::new(parts.core);
+        let idle = core.status(unix_now(), Vec::new());
+        let (latest, latest_status) = watch::channel(Arc::new(idle));
         let metrics = Arc::new(parts.metrics);
         let instance = Arc::new(Instance {
             info: parts.info.clone(),
@@ -153,7 +158,7 @@ impl Instance {
         });
         let driver = Driver {
             name: parts.info.name,
-            core: EngineCore::new(parts.core),
+            core,
             backend: Some(parts.backend),
             metrics,
             trace_log: parts.trace_log,

@@ -21,7 +21,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_protocol::openai::ApiError;
-use switchyard_protocol::schedule::{EngineKind, ScheduleDecision, ScheduleRequest};
+use switchyard_protocol::schedule::{EngineKind, Observed, ScheduleDecision, ScheduleRequest};
 use tokio::sync::Semaphore;
 use tokio::time::Sleep;
 
@@ -96,16 +96,25 @@ fn backoff(attempt: u32, retry_after: Option<Duration>) -> Duration {
         .min(MAX_BACKOFF)
 }
 
-/// Releases a request's dispatch when dropped.
+/// Releases a request's dispatch when dropped, with what its client saw if it finished.
 pub struct ReleaseOnDrop {
     scheduler: SchedulerClient,
     request_id: String,
     gateway_id: String,
+    observed: Observed,
+}
+
+impl ReleaseOnDrop {
+    /// The answer finished on this instance and its client saw `observed`.
+    pub fn finished(&mut self, observed: Observed) {
+        self.observed = observed;
+    }
 }
 
 impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
-        self.scheduler.release(&self.request_id, &self.gateway_id);
+        self.scheduler
+            .release(&self.request_id, self.observed, &self.gateway_id);
     }
 }
 
@@ -326,6 +335,7 @@ impl Forwarder {
                 scheduler: self.scheduler.clone(),
                 request_id: ask.request_id.to_string(),
                 gateway_id: self.gateway_id.clone(),
+                observed: Observed::default(),
             };
             let body = ask
                 .upstream

@@ -5,6 +5,7 @@ use crate::chunk::ChunkView;
 use crate::metrics::GatewayMetrics;
 use std::sync::Arc;
 use std::time::Instant;
+use switchyard_protocol::schedule::Observed;
 
 /// Observes one relayed answer; records its token metrics when dropped.
 pub struct RelayObserver {
@@ -45,6 +46,21 @@ impl RelayObserver {
             }
             self.last_token = Some(now);
             self.text_events += 1;
+        }
+    }
+}
+
+impl RelayObserver {
+    /// What the client saw of the answer, as it ends at `end`.
+    pub fn observed(&self, end: Instant) -> Observed {
+        let tokens = self.reported_tokens.unwrap_or(self.text_events);
+        let Some(first) = self.first_token else {
+            return Observed::default();
+        };
+        Observed {
+            ttft_ms: Some((first - self.started).as_secs_f64() * 1000.0),
+            tpot_ms: (tokens > 1)
+                .then(|| (end - first).as_secs_f64() * 1000.0 / (tokens - 1) as f64),
         }
     }
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_http::sse::SseSplitter;
 use switchyard_protocol::openai::ApiError;
-use switchyard_protocol::schedule::EngineKind;
+use switchyard_protocol::schedule::{EngineKind, Observed};
 use switchyard_text::tokenizer::Tokenizer;
 
 /// What the session read next.
@@ -55,7 +55,7 @@ pub struct Session {
     splitter: SseSplitter,
     instance: String,
     kind: Option<EngineKind>,
-    _release: Option<ReleaseOnDrop>,
+    release: Option<ReleaseOnDrop>,
     resume: Option<ResumeWith>,
     resumes: u32,
     excluded: Vec<String>,
@@ -108,7 +108,7 @@ impl Session {
             instance: opened.instance.clone(),
             kind: opened.kind,
             excluded: vec![opened.instance],
-            _release: opened.release,
+            release: opened.release,
             resume,
             resumes: 0,
             generated: Vec::new(),
@@ -264,7 +264,7 @@ impl Session {
         };
         self.splitter = SseSplitter::default();
         self.upstream_started = false;
-        self._release = None;
+        self.release = None;
         let forwarder = self.forwarder.clone();
         let opened = forwarder
             .open_pool(
@@ -319,9 +319,17 @@ impl Session {
         self.excluded.push(opened.instance);
         self.kind = opened.kind;
         self.body = opened.response.body;
-        self._release = opened.release;
+        self.release = opened.release;
         self.held = self.held_back_text();
         Ok(())
+    }
+
+    /// The answer ended whole, and its client saw `observed`: the scheduler compares it with
+    /// its predictions for the instance, unless the request resumed elsewhere on the way.
+    fn finished(&mut self, observed: Observed) {
+        if let (Some(release), None) = (self.release.as_mut(), self.resumed_after) {
+            release.finished(observed);
+        }
     }
 
     /// A chunk with the text the broken instance generated but had not sent yet (held back
@@ -440,6 +448,7 @@ pub fn stream_body(mut session: Session, mut observer: RelayObserver) -> Body {
                         }
                     }
                     Step::Done => {
+                        session.finished(observer.observed(Instant::now()));
                         out.put_slice(DONE);
                         ended = true;
                     }
@@ -501,6 +510,7 @@ pub async fn collect(
                 assembler.push(view);
             }
             Step::Done => {
+                session.finished(observer.observed(Instant::now()));
                 let out = assembler.finish();
                 timer.spent += started.elapsed();
                 return Ok(out);

@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{
-    EngineKind, GatewayHeartbeat, ReleaseRequest, ScheduleDecision, ScheduleRequest,
+    EngineKind, GatewayHeartbeat, Observed, ReleaseRequest, Released, ScheduleDecision,
+    ScheduleRequest,
 };
 use switchyard_protocol::secret::Secret;
 use switchyard_scheduler::service::ScheduleApi;
@@ -60,7 +61,7 @@ pub struct RemoteScheduler {
     cursor: AtomicU64,
     /// Ended requests not yet released: the next `/v1/schedule` carries them, or after
     /// [`RELEASE_LINGER`] without one, a `/v1/release`.
-    released: Mutex<Vec<String>>,
+    released: Mutex<Vec<Released>>,
     /// Wakes the task that sends releases no placement took along.
     release_due: tokio::sync::mpsc::Sender<()>,
 }
@@ -82,11 +83,15 @@ impl SchedulerClient {
         }
     }
 
-    /// Forgets a request's dispatch (without waiting, for a remote scheduler).
-    pub fn release(&self, request_id: &str, gateway: &str) {
+    /// Forgets a request's dispatch (without waiting, for a remote scheduler), with what its
+    /// client saw when it finished.
+    pub fn release(&self, request_id: &str, observed: Observed, gateway: &str) {
         match self {
-            SchedulerClient::InProcess(api) => api.release(request_id, Some(gateway)),
-            SchedulerClient::Remote(remote) => remote.release(request_id),
+            SchedulerClient::InProcess(api) => api.release(request_id, &observed, Some(gateway)),
+            SchedulerClient::Remote(remote) => remote.release(Released {
+                request_id: request_id.to_string(),
+                observed,
+            }),
         }
     }
 }
@@ -275,26 +280,27 @@ impl RemoteScheduler {
             best_cached_tokens: 0,
             predicted_ttft_ms: None,
             predicted_tpot_ms: None,
+            runner_up: None,
             kind: chosen.kind,
         })
     }
 
     /// Queues a release for the next placement request, or for a `/v1/release` if none comes
     /// within [`RELEASE_LINGER`].
-    fn release(&self, request_id: &str) {
-        self.queue_releases(vec![request_id.to_string()]);
+    fn release(&self, released: Released) {
+        self.queue_releases(vec![released]);
     }
 
-    fn queue_releases(&self, request_ids: Vec<String>) {
+    fn queue_releases(&self, released: Vec<Released>) {
         self.released
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .extend(request_ids);
+            .extend(released);
         // A full channel means a wake-up is already on its way.
         let _ = self.release_due.try_send(());
     }
 
-    fn take_released(&self) -> Vec<String> {
+    fn take_released(&self) -> Vec<Released> {
         std::mem::take(&mut *self.released.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
@@ -310,16 +316,17 @@ async fn send_releases(
         let Some(remote) = remote.upgrade() else {
             return;
         };
-        let ids = remote.take_released();
+        let released = remote.take_released();
         // While the scheduler is down, a lost release expires there after its dispatch TTL.
-        if ids.is_empty() || remote.scheduler_down() {
+        if released.is_empty() || remote.scheduler_down() {
             continue;
         }
-        for batch in ids.chunks(RELEASE_BATCH) {
+        for batch in released.chunks(RELEASE_BATCH) {
             let batch: Vec<ReleaseRequest> = batch
                 .iter()
-                .map(|request_id| ReleaseRequest {
-                    request_id: request_id.clone(),
+                .map(|r| ReleaseRequest {
+                    request_id: r.request_id.clone(),
+                    observed: r.observed,
                     gateway: Some(remote.gateway_id.clone()),
                 })
                 .collect();

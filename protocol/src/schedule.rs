@@ -57,7 +57,69 @@ pub struct ScheduleRequest {
     /// Requests of the same gateway that ended since it last asked: released before this one is
     /// placed, instead of each in a `/v1/release` of its own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub released: Vec<String>,
+    pub released: Vec<Released>,
+}
+
+/// What a client saw of a request, for the scheduler to check its predictions against.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct Observed {
+    /// Time to first token, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    /// Time per output token after the first, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_ms: Option<f64>,
+}
+
+/// A request released along with a placement request: its id (on the wire a bare string, as
+/// before) or its id and what its client saw.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(from = "ReleasedWire")]
+pub struct Released {
+    /// The request id.
+    pub request_id: String,
+    /// What its client saw, when it finished.
+    #[serde(flatten)]
+    pub observed: Observed,
+}
+
+impl From<&str> for Released {
+    fn from(request_id: &str) -> Self {
+        Released {
+            request_id: request_id.to_string(),
+            observed: Observed::default(),
+        }
+    }
+}
+
+/// The two forms a released request takes on the wire.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ReleasedWire {
+    Id(String),
+    Observed {
+        request_id: String,
+        #[serde(flatten)]
+        observed: Observed,
+    },
+}
+
+impl From<ReleasedWire> for Released {
+    fn from(wire: ReleasedWire) -> Self {
+        match wire {
+            ReleasedWire::Id(request_id) => Released {
+                request_id,
+                observed: Observed::default(),
+            },
+            ReleasedWire::Observed {
+                request_id,
+                observed,
+            } => Released {
+                request_id,
+                observed,
+            },
+        }
+    }
 }
 
 /// What kind of engine an instance runs, which decides how its state is read and what its API
@@ -99,9 +161,23 @@ pub struct ScheduleDecision {
     /// Predicted time per output token, in milliseconds, when the policy predicts it.
     #[serde(default)]
     pub predicted_tpot_ms: Option<f64>,
+    /// The instance that came second, with its predictions, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_up: Option<RunnerUp>,
     /// The instance's engine kind.
     #[serde(default)]
     pub kind: EngineKind,
+}
+
+/// The instance a placement would have chosen next.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunnerUp {
+    /// Instance id.
+    pub instance_id: String,
+    /// Predicted time to first token there, in milliseconds.
+    pub predicted_ttft_ms: f64,
+    /// Predicted time per output token there, in milliseconds.
+    pub predicted_tpot_ms: f64,
 }
 
 /// Forget a request's dispatch (it finished, failed or was moved).
@@ -109,6 +185,9 @@ pub struct ScheduleDecision {
 pub struct ReleaseRequest {
     /// The request id.
     pub request_id: String,
+    /// What its client saw, when it finished.
+    #[serde(flatten)]
+    pub observed: Observed,
     /// The gateway releasing it (counts as a sign of life).
     #[serde(default)]
     pub gateway: Option<String>,
@@ -131,4 +210,34 @@ pub struct ReportRequest {
 pub struct GatewayHeartbeat {
     /// The gateway's id.
     pub gateway: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_released_request_is_a_bare_id_or_an_id_with_what_its_client_saw() {
+        let req: ScheduleRequest = serde_json::from_str(
+            r#"{"request_id": "r", "model": "m", "prompt_tokens": 3,
+                "released": ["a", {"request_id": "b", "ttft_ms": 120.5, "tpot_ms": 21}]}"#,
+        )
+        .unwrap();
+        assert_eq!(req.released[0], Released::from("a"));
+        assert_eq!(
+            req.released[1],
+            Released {
+                request_id: "b".into(),
+                observed: Observed {
+                    ttft_ms: Some(120.5),
+                    tpot_ms: Some(21.0)
+                }
+            }
+        );
+        let again: ScheduleRequest =
+            serde_json::from_str(&serde_json::to_string(&req).unwrap()).unwrap();
+        assert_eq!(again, req);
+        let release: ReleaseRequest = serde_json::from_str(r#"{"request_id": "c"}"#).unwrap();
+        assert_eq!(release.observed, Observed::default());
+    }
 }

@@ -10,6 +10,7 @@ use switchyard_protocol::schedule::{InferStage, ScheduleRequest};
 use switchyard_scheduler::cms::{EngineKind, InstanceMeta};
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::prefix_index::PrefixIndex;
+use switchyard_scheduler::score::Slos;
 use switchyard_scheduler::{Scheduler, SchedulerConfig};
 
 const INSTANCES: usize = 256;
@@ -45,10 +46,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-fn decision_latency(policy: Policy) {
+fn decision_latency(policy: Policy, slos: Slos) {
     let mut s = Scheduler::new(
         SchedulerConfig {
             policy,
+            slos,
             ..Default::default()
         },
         1,
@@ -100,8 +102,12 @@ fn decision_latency(policy: Policy) {
         s.release(&req.request_id);
     }
     latencies.sort_by(f64::total_cmp);
+    let label = match slos.any() {
+        true => format!("{} (SLOs)", policy.name()),
+        false => policy.name().to_string(),
+    };
     println!(
-        "| {policy:?} | {INSTANCES} | {BLOCKS_PER_PROMPT} | {:.1} | {:.1} | {:.1} |",
+        "| {label} | {INSTANCES} | {BLOCKS_PER_PROMPT} | {:.1} | {:.1} | {:.1} |",
         percentile(&latencies, 0.5),
         percentile(&latencies, 0.99),
         percentile(&latencies, 0.999)
@@ -163,12 +169,13 @@ fn index_speed_and_memory() {
 fn main() {
     println!("| policy | instances | block hashes | p50 us | p99 us | p99.9 us |");
     println!("|---|---|---|---|---|---|");
-    for policy in [
-        Policy::CacheAware,
-        Policy::LeastRequests,
-        Policy::Predictive,
-    ] {
-        decision_latency(policy);
+    for policy in Policy::ALL {
+        decision_latency(policy, Slos::default());
     }
+    let slos = Slos {
+        ttft: Some(1.0),
+        tpot: Some(0.05),
+    };
+    decision_latency(Policy::Predictive, slos);
     index_speed_and_memory();
 }

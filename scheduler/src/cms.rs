@@ -1,6 +1,7 @@
 //! The cluster metadata store: every instance's description and its latest status.
 
 use crate::prefix_index::Slot;
+use crate::pressure::PrefillPressure;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use switchyard_protocol::engine_state::EngineStatus;
@@ -36,6 +37,8 @@ pub struct InstanceState {
     pub status_time: f64,
     /// Whether its last contact succeeded.
     pub reachable: bool,
+    /// Its recent share of time spent on prefill.
+    pub pressure: PrefillPressure,
 }
 
 impl InstanceState {
@@ -73,6 +76,7 @@ impl Cms {
                 status: None,
                 status_time: f64::NEG_INFINITY,
                 reachable: true,
+                pressure: PrefillPressure::default(),
             },
         );
         slot
@@ -85,9 +89,16 @@ impl Cms {
         Some(state)
     }
 
-    /// Stores a new status.
-    pub fn update_status(&mut self, id: &str, status: EngineStatus, now: f64) {
+    /// Stores a new status, whose steps spent `prefill_seconds` on prompts.
+    pub fn update_status(
+        &mut self,
+        id: &str,
+        status: EngineStatus,
+        prefill_seconds: f64,
+        now: f64,
+    ) {
         if let Some(state) = self.instances.get_mut(id) {
+            state.pressure.observe(prefill_seconds, now);
             state.status = Some(status);
             state.status_time = now;
             state.reachable = true;

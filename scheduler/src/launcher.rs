@@ -2,11 +2,12 @@
 //! a static list, a DNS name or a file names.
 
 use crate::policy::Policy;
+use crate::score::Slos;
 use crate::service::{
     first_statuses, parse_entry, router, run_discovery, AdminArgs, Discovery, FollowSettings,
     SchedulerService,
 };
-use crate::{Scheduler, SchedulerConfig, DEFAULT_BACKLOG_WEIGHT};
+use crate::{Scheduler, SchedulerConfig};
 use anyhow::Context;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +48,7 @@ pub struct SchedulerArgs {
     #[arg(long, env = "SWITCHYARD_SCRAPE_INTERVAL", default_value_t = 100)]
     pub scrape_interval: u64,
     /// Placement policy: round-robin, least-load, least-tokens, power-of-two, cache-aware, predictive.
-    #[arg(long, env = "SWITCHYARD_POLICY", default_value = "cache-aware")]
+    #[arg(long, env = "SWITCHYARD_POLICY", default_value = "predictive")]
     pub policy: Policy,
     /// A policy for one model, as `MODEL=POLICY` (repeatable); other models use --policy.
     #[arg(
@@ -62,15 +63,9 @@ pub struct SchedulerArgs {
     /// Seconds after which an instance's status is too old to schedule on.
     #[arg(long, env = "SWITCHYARD_INSTANCE_STALENESS", default_value_t = 5.0)]
     pub instance_staleness: f64,
-    /// With the predictive policy: the TPOT SLO in milliseconds.
-    #[arg(long, env = "SWITCHYARD_TPOT_SLO")]
-    pub tpot_slo: Option<f64>,
-    /// With a TPOT SLO: answer "no capacity" when no instance meets it.
-    #[arg(long, env = "SWITCHYARD_SLO_ADMISSION")]
-    pub slo_admission: bool,
-    /// The predictive policy's weighting.
+    /// The predictive policy's objectives.
     #[command(flatten)]
-    pub predictive: PredictiveFlags,
+    pub slo: SloFlags,
     /// Tokens per block of the block hashes in schedule requests.
     #[arg(long, env = "SWITCHYARD_BLOCK_SIZE", default_value_t = 16)]
     pub block_size: u32,
@@ -127,34 +122,89 @@ impl SchedulerArgs {
                 Ok((model.to_string(), policy))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        Ok(SchedulerConfig {
+        let config = SchedulerConfig {
             gateway_timeout: self.gateway_timeout,
             model_policies,
             policy: self.policy,
             staleness: self.instance_staleness,
             block_size: self.block_size,
-            tpot_slo: self.tpot_slo.map(|ms| ms / 1000.0),
-            slo_admission: self.slo_admission,
-            backlog_weight: self.predictive.backlog_weight,
             ..Default::default()
+        };
+        self.slo.apply(config)
+    }
+}
+
+/// The predictive policy's objectives, shared by `scheduler` and `serve` (`sim` takes the same
+/// `--slo-ttft` and `--slo-tpot` with its workload flags).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SloFlags {
+    /// TTFT objective in milliseconds: the predictive policy places each request where the
+    /// fewest requests, it and those running, are predicted to miss the objectives.
+    #[arg(long, env = "SWITCHYARD_SLO_TTFT", value_parser = parse_slo, allow_negative_numbers = true)]
+    pub slo_ttft: Option<f64>,
+    /// TPOT objective in milliseconds (see --slo-ttft).
+    #[arg(
+        long,
+        alias = "tpot-slo",
+        env = "SWITCHYARD_SLO_TPOT",
+        value_parser = parse_slo,
+        allow_negative_numbers = true
+    )]
+    pub slo_tpot: Option<f64>,
+    /// Objectives of one model, as `MODEL=TTFT_MS:TPOT_MS` (either may be empty, as in `m=:50`);
+    /// other models use --slo-ttft and --slo-tpot.
+    #[arg(long = "slo-for", env = "SWITCHYARD_SLO_FOR", value_delimiter = ',')]
+    pub slo_for: Vec<String>,
+    /// With objectives: answer "no capacity" (the gateway's 503) when no instance can meet them
+    /// for a request, instead of placing it where it misses them least.
+    #[arg(long, env = "SWITCHYARD_SLO_ADMISSION")]
+    pub slo_admission: bool,
+}
+
+impl SloFlags {
+    /// `config` with these objectives.
+    pub fn apply(&self, config: SchedulerConfig) -> anyhow::Result<SchedulerConfig> {
+        let model_slos = self
+            .slo_for
+            .iter()
+            .map(|entry| {
+                let bad = || anyhow::anyhow!("--slo-for {entry:?} is not MODEL=TTFT_MS:TPOT_MS");
+                let (model, slos) = entry.split_once('=').ok_or_else(bad)?;
+                let (ttft, tpot) = slos.split_once(':').ok_or_else(bad)?;
+                let one = |ms: &str| -> anyhow::Result<Option<f64>> {
+                    if ms.is_empty() {
+                        return Ok(None);
+                    }
+                    parse_slo(ms)
+                        .map(Some)
+                        .map_err(|e| anyhow::anyhow!("--slo-for {entry:?}: {e}"))
+                };
+                Ok((
+                    model.to_string(),
+                    Slos {
+                        ttft: one(ttft)?.map(|ms| ms / 1e3),
+                        tpot: one(tpot)?.map(|ms| ms / 1e3),
+                    },
+                ))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(SchedulerConfig {
+            slos: Slos {
+                ttft: self.slo_ttft.map(|ms| ms / 1e3),
+                tpot: self.slo_tpot.map(|ms| ms / 1e3),
+            },
+            model_slos,
+            slo_admission: self.slo_admission,
+            ..config
         })
     }
 }
 
-/// The predictive policy's flags, shared by `scheduler`, `serve` and `sim`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct PredictiveFlags {
-    /// With the predictive policy: how much the cluster's queue depth weighs against
-    /// computing a cached prefix again on another instance (higher keeps more prefix hits).
-    #[arg(long, env = "SWITCHYARD_BACKLOG_WEIGHT", default_value_t = DEFAULT_BACKLOG_WEIGHT, value_parser = parse_backlog_weight)]
-    pub backlog_weight: f64,
-}
-
-/// Parses a `--backlog-weight`: a finite number, zero or more.
-fn parse_backlog_weight(s: &str) -> Result<f64, String> {
+/// Parses an objective in milliseconds: a finite number above zero.
+pub fn parse_slo(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
-        Ok(w) if w.is_finite() && w >= 0.0 => Ok(w),
-        _ => Err(format!("{s:?} is not a number of zero or more")),
+        Ok(ms) if ms.is_finite() && ms > 0.0 => Ok(ms),
+        _ => Err(format!("{s:?} is not a number of milliseconds above zero")),
     }
 }
 
@@ -213,11 +263,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_backlog_weight_is_a_finite_number_of_zero_or_more() {
-        assert_eq!(parse_backlog_weight("0"), Ok(0.0));
-        assert_eq!(parse_backlog_weight("8"), Ok(8.0));
-        for bad in ["-1", "NaN", "inf", "eight", ""] {
-            assert!(parse_backlog_weight(bad).is_err(), "{bad:?}");
+    fn objectives_are_finite_milliseconds_above_zero() {
+        assert_eq!(parse_slo("50"), Ok(50.0));
+        assert_eq!(parse_slo("0.5"), Ok(0.5));
+        for bad in ["-1", "0", "NaN", "inf", "-inf", "fifty", ""] {
+            assert!(parse_slo(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn each_model_may_have_its_own_objectives() {
+        let flags = SloFlags {
+            slo_ttft: Some(1000.0),
+            slo_tpot: Some(50.0),
+            slo_for: vec!["a=2000:".into(), "b=:25".into()],
+            slo_admission: true,
+        };
+        let config = flags.apply(SchedulerConfig::default()).unwrap();
+        assert_eq!(config.slos.ttft, Some(1.0));
+        assert_eq!(
+            config.model_slos,
+            vec![
+                (
+                    "a".to_string(),
+                    Slos {
+                        ttft: Some(2.0),
+                        tpot: None
+                    }
+                ),
+                (
+                    "b".to_string(),
+                    Slos {
+                        ttft: None,
+                        tpot: Some(0.025)
+                    }
+                ),
+            ]
+        );
+        assert!(config.slo_admission);
+        for bad in ["a", "a=1", "a=-1:5", "a=1:NaN"] {
+            let flags = SloFlags {
+                slo_for: vec![bad.into()],
+                ..SloFlags::default()
+            };
+            assert!(flags.apply(SchedulerConfig::default()).is_err(), "{bad}");
         }
     }
 }

@@ -3,6 +3,8 @@
 //! - [`cms`]: every instance's description and latest status.
 //! - [`lrs`]: what this scheduler dispatched that engines have not reported yet.
 //! - [`predictor`]: step-time fits and the TTFT / TPOT predictions built on them.
+//! - [`pressure`]: each instance's recent share of time spent on prefill.
+//! - [`score`]: the predictive policy's score: SLO misses and added latency of a placement.
 //! - [`prefix_index`]: which instance holds which prefix block.
 //! - [`policy`]: candidate metrics, filters and selectors.
 //! - [`scheduler`]: all of the above behind schedule / release / report.
@@ -18,9 +20,11 @@ pub mod lrs;
 pub mod policy;
 pub mod predictor;
 pub mod prefix_index;
+pub mod pressure;
 pub mod scheduler;
+pub mod score;
 pub mod scrape;
 pub mod service;
 pub mod step_fits;
 
-pub use scheduler::{Placement, ScheduleError, Scheduler, SchedulerConfig, DEFAULT_BACKLOG_WEIGHT};
+pub use scheduler::{Placement, ScheduleError, Scheduler, SchedulerConfig};

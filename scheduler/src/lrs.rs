@@ -23,6 +23,10 @@ pub struct Dispatch {
     pub at: f64,
     /// Whether the engine has reported it (it is then in the engine's own counts).
     pub reported: bool,
+    /// The time to first token predicted for it there, seconds.
+    pub predicted_ttft: f64,
+    /// The time per output token predicted for it there, seconds.
+    pub predicted_tpot: f64,
 }
 
 /// Unreported dispatches of one instance.
@@ -162,6 +166,8 @@ mod tests {
             gateway: gateway.map(String::from),
             at,
             reported: false,
+            predicted_ttft: 0.0,
+            predicted_tpot: 0.0,
         }
     }
 

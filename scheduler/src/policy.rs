@@ -16,28 +16,49 @@ pub enum Policy {
     PowerOfTwo,
     /// Fewest prompt tokens to compute: this request's uncached tokens plus the prefill queue.
     CacheAware,
-    /// Lowest predicted TTFT plus backlog cost among instances whose predicted TPOT stays
-    /// inside the SLO.
+    /// Fewest requests pushed outside the TTFT and TPOT SLOs, then least latency added to the
+    /// request and to those already running there (see [`crate::score`]).
     Predictive,
+}
+
+impl Policy {
+    /// Every policy, in the order the suite and the docs list them.
+    pub const ALL: [Policy; 6] = [
+        Policy::RoundRobin,
+        Policy::LeastRequests,
+        Policy::LeastTokens,
+        Policy::PowerOfTwo,
+        Policy::CacheAware,
+        Policy::Predictive,
+    ];
+
+    /// The name flags take (`--policy`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::RoundRobin => "round-robin",
+            Policy::LeastRequests => "least-load",
+            Policy::LeastTokens => "least-tokens",
+            Policy::PowerOfTwo => "power-of-two",
+            Policy::CacheAware => "cache-aware",
+            Policy::Predictive => "predictive",
+        }
+    }
 }
 
 impl FromStr for Policy {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(match s {
-            "round-robin" => Policy::RoundRobin,
-            "least-load" | "least-requests" => Policy::LeastRequests,
-            "least-tokens" => Policy::LeastTokens,
-            "power-of-two" => Policy::PowerOfTwo,
-            "cache-aware" => Policy::CacheAware,
-            "predictive" => Policy::Predictive,
-            other => {
-                return Err(format!(
-                    "unknown policy {other:?} (round-robin, least-load, least-tokens, power-of-two, cache-aware, predictive)"
-                ))
-            }
-        })
+        if s == "least-requests" {
+            return Ok(Policy::LeastRequests);
+        }
+        Policy::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown policy {s:?} ({})", names.join(", "))
+            })
     }
 }
 
@@ -62,15 +83,24 @@ pub struct CandidateMetrics {
     pub uncached_tokens: f64,
     /// Predicted time to first token, seconds.
     pub predicted_ttft: f64,
-    /// Predicted time per output token, seconds.
+    /// Predicted time per output token of this request, seconds.
     pub predicted_tpot: f64,
+    /// Predicted time per output token of the instance's other requests if this one goes
+    /// elsewhere, seconds.
+    pub predicted_tpot_before: f64,
+    /// The same if it comes.
+    pub predicted_tpot_others: f64,
+    /// Seconds each of the instance's requests waits longer if it comes.
+    pub delay_each: f64,
     /// Predicted seconds of this request's own uncached prefill on an idle instance.
     pub prefill_seconds: f64,
-    /// What computing that prefill costs the requests that come later, seconds: for the
-    /// predictive policy, `prefill_seconds` times one plus the cluster's mean queue depth times
-    /// the backlog weight, so that prompts stay where their prefixes are cached, the more so the
-    /// more loaded the cluster.
-    pub backlog_cost: f64,
+    /// Whether the instance's KV cache would overflow with this request (someone would be
+    /// preempted).
+    pub kv_overflow: bool,
+    /// Requests the placement would put outside the SLOs (see [`crate::score`]).
+    pub violations: f64,
+    /// Latency the placement adds: the request's own and what it costs the others, seconds.
+    pub added_latency: f64,
 }
 
 /// Load limits that filter candidates in a first pass (dropped when nothing passes them).
@@ -112,11 +142,7 @@ impl Policy {
             Policy::LeastRequests | Policy::PowerOfTwo => [m.requests, m.kv_usage_projected, 0.0],
             Policy::LeastTokens => [m.kv_usage_projected, m.all_prefill_tokens, m.requests],
             Policy::CacheAware => [m.uncached_tokens + m.all_prefill_tokens, m.requests, 0.0],
-            Policy::Predictive => [
-                m.predicted_ttft + m.backlog_cost,
-                m.predicted_tpot,
-                m.requests,
-            ],
+            Policy::Predictive => [m.violations, m.added_latency, m.requests],
         }
     }
 }
@@ -135,12 +161,12 @@ pub fn select(keys: &[[f64; 3]], draw: u64) -> Option<usize> {
 mod tests {
     use super::*;
 
-    fn m(requests: f64, uncached: f64, prefill: f64, ttft: f64) -> CandidateMetrics {
+    fn m(requests: f64, uncached: f64, prefill: f64, added: f64) -> CandidateMetrics {
         CandidateMetrics {
             requests,
             uncached_tokens: uncached,
             all_prefill_tokens: prefill,
-            predicted_ttft: ttft,
+            added_latency: added,
             ..Default::default()
         }
     }

@@ -3,6 +3,7 @@
 //! and the TTFT / TPOT predictions built on it.
 
 use switchyard_protocol::engine_state::StepSample;
+use switchyard_protocol::schedule::Observed;
 
 const FEATURES: usize = 4;
 /// Weight of old samples after each new one (recent behaviour matters most).
@@ -138,7 +139,17 @@ pub struct QueueShape {
     pub prompt_tokens: f64,
     /// Token budget of one step.
     pub max_batched_tokens: f64,
+    /// The share of the instance's recent time that went to prefill (see [`crate::pressure`]).
+    pub prefill_share: f64,
+    /// Tokens the request will generate.
+    pub output_tokens: f64,
 }
+
+/// The highest prefill share a TPOT prediction stretches decode steps by (twenty times): past
+/// it the instance is saturated and the prediction says so without dividing by nearly zero.
+const MAX_PREFILL_SHARE: f64 = 0.95;
+/// The shortest time over which queued prefill is spread across decode steps, in seconds.
+const MIN_HORIZON: f64 = 1.0;
 
 /// Predicted seconds until the request's first token: the prefill work ahead and its own,
 /// drained in steps of the token budget that also carry the decoding sequences.
@@ -156,13 +167,74 @@ pub fn predict_ttft(fit: &StepTimeFit, q: &QueueShape) -> f64 {
     seconds
 }
 
-/// Predicted seconds per output token once the request decodes: a step with one more sequence.
-pub fn predict_tpot(fit: &StepTimeFit, q: &QueueShape) -> f64 {
-    fit.step_seconds(
+/// Seconds that computing `tokens` prompt tokens adds to the steps they share.
+pub fn prefill_seconds(fit: &StepTimeFit, tokens: f64) -> f64 {
+    (fit.step_seconds(tokens, 0.0, tokens) - fit.step_seconds(0.0, 0.0, 0.0)).max(0.0)
+}
+
+/// Predicted time per output token on an instance.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TpotOutlook {
+    /// What the request gets there: its prompt, and the prompts queued ahead of it, are
+    /// computed before it decodes, so only the instance's usual prefill load shares its steps.
+    pub own: f64,
+    /// What the requests decoding there get while the queued prompts are computed, if the
+    /// request goes elsewhere.
+    pub others_before: f64,
+    /// The same if it comes: one more sequence in every step, and its prompt computed too.
+    pub others_after: f64,
+    /// Seconds each request there waits longer if it comes: its prompt's compute, and its
+    /// share of every step while it decodes, both stretched by the prefill sharing the steps.
+    pub delay_each: f64,
+}
+
+/// Predicted seconds per output token: a decode step's time (the batch, and the request's own
+/// context once it comes), stretched by the share of time the instance spends on prefill: its
+/// recent share, and, for the requests decoding there now, the prompts queued ahead spread over
+/// the request's decode time (with its own prompt if it comes).
+pub fn predict_tpot(fit: &StepTimeFit, q: &QueueShape) -> TpotOutlook {
+    let decode_before = fit.step_seconds(0.0, q.decode_batch.max(1.0), q.decode_context);
+    let decode_after = fit.step_seconds(
         0.0,
         q.decode_batch + 1.0,
         q.decode_context + q.prompt_tokens,
-    )
+    );
+    let horizon = (q.output_tokens * decode_after).max(MIN_HORIZON);
+    let queued = q.prefill_share + prefill_seconds(fit, q.prefill_ahead) / horizon;
+    let stretch = |share: f64| 1.0 / (1.0 - share.clamp(0.0, MAX_PREFILL_SHARE));
+    let own_prefill = prefill_seconds(fit, q.own_prefill);
+    let extra_step = (decode_after - decode_before).max(0.0);
+    TpotOutlook {
+        own: decode_after * stretch(q.prefill_share),
+        others_before: decode_before * stretch(queued),
+        others_after: decode_after * stretch(queued + own_prefill / horizon),
+        delay_each: (own_prefill + q.output_tokens * extra_step) * stretch(queued),
+    }
+}
+
+/// How far a placement's predictions were from what its client saw, each as
+/// (predicted - actual) / actual.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PredictionErrors {
+    /// Of the time to first token.
+    pub ttft: Option<f64>,
+    /// Of the time per output token.
+    pub tpot: Option<f64>,
+}
+
+impl PredictionErrors {
+    /// The errors of predictions `(ttft, tpot)` (seconds) against what was seen.
+    pub fn of(predicted: (f64, f64), observed: &Observed) -> Self {
+        let error = |predicted: f64, actual_ms: Option<f64>| {
+            let actual = actual_ms? / 1e3;
+            (actual > 0.0 && actual.is_finite() && predicted.is_finite())
+                .then(|| (predicted - actual) / actual)
+        };
+        PredictionErrors {
+            ttft: error(predicted.0, observed.ttft_ms),
+            tpot: error(predicted.1, observed.tpot_ms),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -211,6 +283,8 @@ mod tests {
             decode_context: 8000.0,
             prompt_tokens: 1000.0,
             max_batched_tokens: 512.0,
+            prefill_share: 0.0,
+            output_tokens: 100.0,
         };
         let idle = predict_ttft(&fit, &q);
         let busy = predict_ttft(
@@ -221,6 +295,50 @@ mod tests {
             },
         );
         assert!(busy > 4.0 * idle, "{busy} vs {idle}");
-        assert!(predict_tpot(&fit, &q) > 0.0);
+    }
+
+    #[test]
+    fn tpot_grows_with_the_batch_and_with_the_prefill_sharing_its_steps() {
+        let fit = StepTimeFit::new(DEFAULT_PRIOR);
+        let q = QueueShape {
+            prefill_ahead: 0.0,
+            own_prefill: 0.0,
+            decode_batch: 8.0,
+            decode_context: 8000.0,
+            prompt_tokens: 1000.0,
+            max_batched_tokens: 8192.0,
+            prefill_share: 0.0,
+            output_tokens: 100.0,
+        };
+        let quiet = predict_tpot(&fit, &q);
+        assert!(quiet.others_after > quiet.others_before && quiet.others_before > 0.0);
+        assert_eq!(quiet.own, quiet.others_after);
+        let pressed = predict_tpot(
+            &fit,
+            &QueueShape {
+                prefill_share: 0.5,
+                ..q
+            },
+        );
+        assert!((pressed.own / quiet.own - 2.0).abs() < 1e-9);
+        assert!((pressed.others_before / quiet.others_before - 2.0).abs() < 1e-9);
+        let prompts = predict_tpot(
+            &fit,
+            &QueueShape {
+                own_prefill: 10_000.0,
+                prefill_ahead: 10_000.0,
+                ..q
+            },
+        );
+        assert_eq!(
+            prompts.own, quiet.own,
+            "prompts ahead are done before it decodes"
+        );
+        assert!(prompts.others_before > 1.5 * quiet.others_before);
+        assert!(prompts.delay_each > 10.0 * quiet.delay_each);
+        assert!(
+            prompts.others_after > 1.5 * prompts.others_before,
+            "{prompts:?}"
+        );
     }
 }

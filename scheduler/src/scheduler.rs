@@ -3,15 +3,21 @@
 use crate::cms::{Cms, EngineKind, InstanceMeta, InstanceState};
 use crate::lrs::{Dispatch, InFlight, Lrs};
 use crate::policy::{select, CandidateMetrics, Policy, SoftLimits};
-use crate::predictor::{predict_tpot, predict_ttft, QueueShape, StepTimeFit, DEFAULT_PRIOR};
+use crate::predictor::{
+    predict_tpot, predict_ttft, prefill_seconds, PredictionErrors, QueueShape, StepTimeFit,
+    DEFAULT_PRIOR,
+};
 use crate::prefix_index::{IndexError, PrefixIndex, Slot};
+use crate::score::{misses_own, score, Slos};
 use crate::step_fits::StepFits;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
-use switchyard_protocol::engine_state::EngineStatus;
+use switchyard_protocol::engine_state::{EngineStatus, StepSample};
 use switchyard_protocol::kv_events::{KvEvent, StoredBlock};
-use switchyard_protocol::schedule::{InferStage, ScheduleDecision, ScheduleRequest};
+use switchyard_protocol::schedule::{
+    InferStage, Observed, RunnerUp, ScheduleDecision, ScheduleRequest,
+};
 
 /// Settings of a scheduler.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,9 +34,11 @@ pub struct SchedulerConfig {
     pub soft_limits: SoftLimits,
     /// Tokens per block of the hashes in requests.
     pub block_size: u32,
-    /// With `Predictive`: the TPOT service-level objective, seconds.
-    pub tpot_slo: Option<f64>,
-    /// With `Predictive` and a TPOT SLO: answer "no capacity" when no instance meets it.
+    /// With `Predictive`: the service-level objectives (models without their own).
+    pub slos: Slos,
+    /// With `Predictive`: objectives for particular models.
+    pub model_slos: Vec<(String, Slos)>,
+    /// With `Predictive` and SLOs: answer "no capacity" when no instance can meet them.
     pub slo_admission: bool,
     /// Routed placements on engines without KV events live this many seconds.
     pub routed_ttl: f64,
@@ -43,36 +51,25 @@ pub struct SchedulerConfig {
     pub gateway_timeout: f64,
     /// Policies for particular models (others use `policy`).
     pub model_policies: Vec<(String, Policy)>,
-    /// With `Predictive`: how much the cluster's mean queue depth weighs in the backlog cost
-    /// of computing a prompt's uncached prefill (see [`DEFAULT_BACKLOG_WEIGHT`]).
-    pub backlog_weight: f64,
 }
-
-/// The default [`SchedulerConfig::backlog_weight`]. Computing a prefix again elsewhere delays
-/// the requests queued behind it, and it also splits the prefix's later reuse (the next turns
-/// of a conversation) between two instances, so it is weighed as if each queued request stood
-/// for eight. Measured in `sim` (BENCHMARKS.md): on the Mooncake trace near saturation, weight 1
-/// kept 84-88% of an unlimited cache's hits and 8 keeps 91-92% at a P99 TTFT within 11%; on
-/// multi-turn chats and shared prefixes, 8 is better on both counts.
-pub const DEFAULT_BACKLOG_WEIGHT: f64 = 8.0;
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
         SchedulerConfig {
-            policy: Policy::CacheAware,
+            policy: Policy::Predictive,
             staleness: 5.0,
             dispatch_ttl: 10.0,
             dispatch_forget: 3600.0,
             soft_limits: SoftLimits::default(),
             block_size: 16,
-            tpot_slo: None,
+            slos: Slos::default(),
+            model_slos: Vec::new(),
             slo_admission: false,
             routed_ttl: 600.0,
             pending_ttl: 30.0,
             routed_capacity: 1 << 20,
             gateway_timeout: 30.0,
             model_policies: Vec::new(),
-            backlog_weight: DEFAULT_BACKLOG_WEIGHT,
         }
     }
 }
@@ -86,8 +83,8 @@ pub enum ScheduleError {
     /// Instances exist but none is schedulable (stale or unreachable).
     #[error("no available instance for model {0:?}")]
     NoAvailableEndpoint(String),
-    /// With SLO admission: no instance would meet the SLO.
-    #[error("every instance is too busy to meet the SLO")]
+    /// With SLO admission: no instance would meet the SLOs.
+    #[error("every instance is too busy to meet the SLOs")]
     AllEndpointsBusy,
 }
 
@@ -100,6 +97,15 @@ impl ScheduleError {
             ScheduleError::AllEndpointsBusy => "all_endpoints_busy",
         }
     }
+}
+
+/// The stages of a decision that [`Scheduler::schedule_with`] marks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lap {
+    /// The request's block hashes were looked up in the prefix index.
+    PrefixQueried = 0,
+    /// Each instance's cached blocks were taken from the lookup.
+    HitsCalculated = 1,
 }
 
 /// A placement with the metrics it was chosen on (for metrics and the response).
@@ -210,7 +216,11 @@ impl Scheduler {
         for rid in &status.admitted {
             self.lrs.reported(id, rid);
         }
-        self.cms.update_status(id, status, now);
+        let prefill_seconds = self
+            .fits
+            .of(id)
+            .map_or(0.0, |fit| measured_prefill_seconds(fit, &status.steps));
+        self.cms.update_status(id, status, prefill_seconds, now);
     }
 
     /// An instance could not be reached: it takes no requests, and its prefix-index entries
@@ -268,6 +278,15 @@ impl Scheduler {
         }
     }
 
+    /// The SLOs for requests of `model`.
+    pub fn slos_for(&self, model: &str) -> Slos {
+        self.config
+            .model_slos
+            .iter()
+            .find(|(m, _)| m == model)
+            .map_or(self.config.slos, |(_, s)| *s)
+    }
+
     /// The policy for requests of `model`.
     pub fn policy_for(&self, model: &str) -> Policy {
         self.config
@@ -280,6 +299,16 @@ impl Scheduler {
     /// Releases a request's dispatch.
     pub fn release(&mut self, request_id: &str) {
         self.lrs.release(request_id);
+    }
+
+    /// Releases a request that finished, and compares its placement's predictions with what
+    /// its client saw.
+    pub fn finish(&mut self, request_id: &str, observed: &Observed) -> PredictionErrors {
+        self.lrs
+            .release(request_id)
+            .map_or_else(PredictionErrors::default, |d| {
+                PredictionErrors::of((d.predicted_ttft, d.predicted_tpot), observed)
+            })
     }
 
     /// Progress from the gateway: a request that produced tokens has been admitted.
@@ -303,6 +332,17 @@ impl Scheduler {
         req: &ScheduleRequest,
         now: f64,
     ) -> Result<Placement, ScheduleError> {
+        self.schedule_with(req, now, &mut |_| {})
+    }
+
+    /// [`Scheduler::schedule`], calling `lap` as each [`Lap`] of the decision ends (so that a
+    /// caller with a clock can time them; the scheduler reads none).
+    pub fn schedule_with(
+        &mut self,
+        req: &ScheduleRequest,
+        now: f64,
+        lap: &mut dyn FnMut(Lap),
+    ) -> Result<Placement, ScheduleError> {
         if let Some(gateway) = &req.gateway {
             self.gateway_seen(gateway, now);
         }
@@ -310,6 +350,7 @@ impl Scheduler {
         let mut serving = 0;
         let mut candidates: Vec<(&InstanceState, CandidateMetrics)> = Vec::new();
         self.index.lookup(&req.block_hashes, now, &mut self.hits);
+        lap(Lap::PrefixQueried);
         self.hits_by_slot.clear();
         for &(slot, blocks) in &self.hits {
             let slot = slot as usize;
@@ -318,6 +359,7 @@ impl Scheduler {
             }
             self.hits_by_slot[slot] = blocks;
         }
+        lap(Lap::HitsCalculated);
         let block = self.config.block_size as f64;
         let prompt = req.prompt_tokens as f64;
         for state in self.cms.iter() {
@@ -337,9 +379,13 @@ impl Scheduler {
             let metrics = candidate_metrics(
                 state,
                 self.lrs.in_flight(&state.meta.id),
-                cached,
-                prompt,
+                Ask {
+                    cached,
+                    prompt,
+                    output: req.max_tokens as f64,
+                },
                 self.fits.of(&state.meta.id),
+                now,
             );
             candidates.push((state, metrics));
         }
@@ -359,18 +405,17 @@ impl Scheduler {
             0.0
         };
         if policy == Policy::Predictive {
-            if let Some(slo) = self.config.tpot_slo {
-                let inside: Vec<_> = candidates
-                    .iter()
-                    .filter(|c| c.1.predicted_tpot <= slo)
-                    .cloned()
-                    .collect();
-                if inside.is_empty() && self.config.slo_admission {
-                    return Err(ScheduleError::AllEndpointsBusy);
-                }
-                if !inside.is_empty() {
-                    candidates = inside;
-                }
+            let slos = self.slos_for(&req.model);
+            let load =
+                candidates.iter().map(|c| c.1.requests).sum::<f64>() / candidates.len() as f64;
+            for c in &mut candidates {
+                score(&mut c.1, slos, req.max_tokens as f64, load);
+            }
+            if self.config.slo_admission
+                && slos.any()
+                && candidates.iter().all(|c| misses_own(&c.1, slos))
+            {
+                return Err(ScheduleError::AllEndpointsBusy);
             }
         }
         let soft: Vec<_> = candidates
@@ -380,13 +425,6 @@ impl Scheduler {
             .collect();
         if !soft.is_empty() {
             candidates = soft;
-        }
-        if policy == Policy::Predictive {
-            let depth =
-                candidates.iter().map(|c| c.1.queued).sum::<f64>() / candidates.len() as f64;
-            for c in &mut candidates {
-                c.1.backlog_cost = c.1.prefill_seconds * (1.0 + self.config.backlog_weight * depth);
-            }
         }
         let chosen = match policy {
             Policy::RoundRobin => {
@@ -404,7 +442,21 @@ impl Scheduler {
                 select(&keys, self.rng.random()).expect("candidates exist")
             }
         };
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            log_candidates(&req.request_id, policy, &candidates, chosen);
+        }
         let (state, metrics) = candidates.swap_remove(chosen);
+        let runner_up = candidates
+            .iter()
+            .min_by(|a, b| {
+                let (a, b) = (policy.key(&a.1), policy.key(&b.1));
+                a.partial_cmp(&b).unwrap_or(std::cmp::Ordering::Equal)
+            })
+            .map(|(s, m)| RunnerUp {
+                instance_id: s.meta.id.clone(),
+                predicted_ttft_ms: m.predicted_ttft * 1000.0,
+                predicted_tpot_ms: m.predicted_tpot * 1000.0,
+            });
         let decision = ScheduleDecision {
             instance_id: state.meta.id.clone(),
             endpoint: state.meta.endpoint.clone(),
@@ -412,6 +464,7 @@ impl Scheduler {
             best_cached_tokens: (best_hit_ratio * prompt).round() as u32,
             predicted_ttft_ms: Some(metrics.predicted_ttft * 1000.0),
             predicted_tpot_ms: Some(metrics.predicted_tpot * 1000.0),
+            runner_up,
             kind: state.meta.kind,
         };
         let (slot, kind) = (state.slot, state.meta.kind);
@@ -424,6 +477,8 @@ impl Scheduler {
                 gateway: req.gateway.clone(),
                 at: now,
                 reported: false,
+                predicted_ttft: metrics.predicted_ttft,
+                predicted_tpot: metrics.predicted_tpot,
             },
         );
         // Until the engine reports the blocks it stored, later requests with this prefix are
@@ -461,9 +516,13 @@ impl Scheduler {
                 Some(_) => candidate_metrics(
                     s,
                     self.lrs.in_flight(&s.meta.id),
-                    0.0,
-                    0.0,
+                    Ask {
+                        cached: 0.0,
+                        prompt: 0.0,
+                        output: 1.0,
+                    },
                     self.fits.of(&s.meta.id),
+                    now,
                 ),
                 None => CandidateMetrics::default(),
             },
@@ -476,18 +535,73 @@ impl Scheduler {
     }
 }
 
+/// Logs every candidate's score for a decision (at debug level).
+fn log_candidates(
+    request_id: &str,
+    policy: Policy,
+    candidates: &[(&InstanceState, CandidateMetrics)],
+    chosen: usize,
+) {
+    for (i, (s, m)) in candidates.iter().enumerate() {
+        tracing::debug!(
+            request_id,
+            policy = policy.name(),
+            instance = %s.meta.id,
+            chosen = i == chosen,
+            key = ?policy.key(m),
+            predicted_ttft_ms = m.predicted_ttft * 1e3,
+            predicted_tpot_ms = m.predicted_tpot * 1e3,
+            tpot_before_ms = m.predicted_tpot_before * 1e3,
+            violations = m.violations,
+            added_latency_s = m.added_latency,
+            cached_tokens = m.cached_tokens,
+            "candidate"
+        );
+    }
+}
+
 /// Whether an instance of `role` may serve `stage`.
 fn role_fits(role: InferStage, stage: InferStage) -> bool {
     role == stage || role == InferStage::Neutral
 }
 
-/// Llumnix's load metrics of one candidate (S = engine status, L = in-flight dispatches).
+/// The request as a candidate sees it.
+#[derive(Debug, Clone, Copy)]
+struct Ask {
+    /// Its prompt tokens cached there.
+    cached: f64,
+    /// Its prompt tokens.
+    prompt: f64,
+    /// Tokens it will generate.
+    output: f64,
+}
+
+/// Seconds that the prompts computed in `steps` added to them: each step's time beyond what
+/// the fit predicts for its decoding sequences alone.
+fn measured_prefill_seconds(fit: &StepTimeFit, steps: &[StepSample]) -> f64 {
+    steps
+        .iter()
+        .filter(|s| s.prefill_tokens > 0 && s.step_seconds.is_finite())
+        .map(|s| {
+            let prefill = s.prefill_tokens as f64;
+            let decode_only = fit.step_seconds(
+                0.0,
+                s.decode_batch as f64,
+                (s.context_tokens as f64 - prefill).max(0.0),
+            );
+            (s.step_seconds - decode_only).clamp(0.0, s.step_seconds.max(0.0))
+        })
+        .sum()
+}
+
+/// Llumnix's load metrics of one candidate (S = engine status, L = in-flight dispatches), and
+/// the predictions for the request there.
 fn candidate_metrics(
     state: &InstanceState,
     inflight: InFlight,
-    cached: f64,
-    prompt: f64,
+    ask: Ask,
     fit: Option<&StepTimeFit>,
+    now: f64,
 ) -> CandidateMetrics {
     let s = state
         .status
@@ -498,19 +612,21 @@ fn candidate_metrics(
         (s.waiting_prefill_tokens + s.running_prefill_tokens + inflight.uncached_tokens) as f64;
     let decode_batch = (s.num_decoding + inflight.requests) as f64;
     let queued = (s.num_waiting + s.num_swapped + inflight.requests) as f64;
-    let uncached = (prompt - cached).max(0.0);
+    let uncached = (ask.prompt - ask.cached).max(0.0);
+    let projected_kv = s.used_kv_tokens as f64
+        + (s.waiting_prefill_tokens + s.running_prefill_tokens) as f64
+        + inflight.prompt_tokens as f64;
+    let requests = (s.num_running as f64) + queued;
     let mut m = CandidateMetrics {
-        requests: (s.num_running as f64) + queued,
+        requests,
         queued,
-        kv_usage_projected: (s.used_kv_tokens as f64
-            + (s.waiting_prefill_tokens + s.running_prefill_tokens) as f64
-            + inflight.prompt_tokens as f64)
-            / total,
+        kv_usage_projected: projected_kv / total,
         all_prefill_tokens: all_prefill,
         decode_batch,
         decode_tokens: s.decode_tokens as f64,
-        cached_tokens: cached,
+        cached_tokens: ask.cached,
         uncached_tokens: uncached,
+        kv_overflow: projected_kv + ask.prompt + ask.output > total,
         ..Default::default()
     };
     let default_fit;
@@ -526,19 +642,25 @@ fn candidate_metrics(
         own_prefill: uncached,
         decode_batch,
         decode_context: s.decode_tokens as f64,
-        prompt_tokens: prompt,
+        prompt_tokens: ask.prompt,
         max_batched_tokens: s.max_num_batched_tokens.max(1) as f64,
+        prefill_share: state.pressure.share(now),
+        output_tokens: ask.output,
     };
     m.predicted_ttft = predict_ttft(fit, &shape);
-    m.prefill_seconds = predict_ttft(
+    m.prefill_seconds = prefill_seconds(fit, uncached);
+    // By the time the request decodes, the requests queued ahead of it decode beside it.
+    let tpot = predict_tpot(
         fit,
         &QueueShape {
-            prefill_ahead: 0.0,
-            decode_batch: 0.0,
-            decode_context: 0.0,
+            decode_batch: requests,
+            decode_context: s.decode_tokens as f64 + all_prefill,
             ..shape
         },
     );
-    m.predicted_tpot = predict_tpot(fit, &shape);
+    m.predicted_tpot = tpot.own;
+    m.predicted_tpot_before = tpot.others_before;
+    m.predicted_tpot_others = tpot.others_after;
+    m.delay_each = tpot.delay_each;
     m
 }

@@ -7,6 +7,7 @@ use switchyard_protocol::kv_events::{KvEvent, KvEventKind, StoredBlock};
 use switchyard_protocol::schedule::{InferStage, ScheduleRequest};
 use switchyard_scheduler::cms::{EngineKind, InstanceMeta};
 use switchyard_scheduler::policy::Policy;
+use switchyard_scheduler::score::Slos;
 use switchyard_scheduler::{ScheduleError, Scheduler, SchedulerConfig};
 
 fn idle() -> EngineStatus {
@@ -185,7 +186,7 @@ fn a_prefix_follows_its_first_request_until_the_engine_reports_it_or_the_wait_en
 }
 
 #[test]
-fn predictive_keeps_a_prompt_with_its_prefix_the_more_the_cluster_is_loaded() {
+fn predictive_keeps_a_prompt_with_its_prefix_unless_the_queue_there_costs_more() {
     let mut s = cluster(Policy::Predictive, 3);
     let prompt: Vec<u32> = (0..4000).collect();
     s.on_kv_events("i2", &stored_prompt(&prompt)).unwrap();
@@ -211,43 +212,98 @@ fn predictive_keeps_a_prompt_with_its_prefix_the_more_the_cluster_is_loaded() {
     let placed = s.schedule(&request("loaded", &prompt), 2.0).unwrap();
     assert_ne!(placed.decision.instance_id, neither);
     assert!(placed.metrics.cached_tokens > 0.0);
-    assert!(placed.metrics.predicted_ttft > 0.0 && placed.metrics.backlog_cost >= 0.0);
+    assert!(placed.metrics.predicted_ttft > 0.0 && placed.metrics.added_latency > 0.0);
+}
+
+/// Two instances for one request of 8,000 tokens: `i0` holds its first 4,000 and is busy
+/// decoding `decoders` requests with `context` tokens between them; `i1` holds nothing and has
+/// `queued` prefill tokens waiting.
+fn holder_and_other(
+    config: SchedulerConfig,
+    decoders: u32,
+    context: u64,
+    queued: u64,
+) -> (Scheduler, ScheduleRequest) {
+    let mut s = cluster_with(config, 2);
+    let prompt: Vec<u32> = (0..8000).collect();
+    s.on_kv_events("i0", &stored_prompt(&prompt[..4000]))
+        .unwrap();
+    let busy = EngineStatus {
+        num_running: decoders,
+        num_decoding: decoders,
+        decode_tokens: context,
+        total_kv_tokens: 10_000_000,
+        ..idle()
+    };
+    s.on_status("i0", busy, 1.0);
+    let waiting = EngineStatus {
+        num_waiting: 1,
+        waiting_prefill_tokens: queued,
+        total_kv_tokens: 10_000_000,
+        ..idle()
+    };
+    s.on_status("i1", waiting, 1.0);
+    (s, request("r", &prompt))
+}
+
+fn predictive(slos: Slos) -> SchedulerConfig {
+    SchedulerConfig {
+        policy: Policy::Predictive,
+        slos,
+        ..Default::default()
+    }
 }
 
 #[test]
-fn the_backlog_weight_sets_how_much_queue_a_cached_prefix_is_worth() {
-    let prompt: Vec<u32> = (0..4000).collect();
-    let placed_with = |backlog_weight: f64| {
-        let mut s = cluster_with(
-            SchedulerConfig {
-                policy: Policy::Predictive,
-                backlog_weight,
-                ..Default::default()
-            },
-            3,
-        );
-        s.on_kv_events("i2", &stored_prompt(&prompt)).unwrap();
-        s.on_status(
-            "i2",
-            EngineStatus {
-                waiting_prefill_tokens: 12_000,
-                num_waiting: 1,
-                ..idle()
-            },
-            1.0,
-        );
-        s.schedule(&request("r", &prompt), 1.0)
-            .unwrap()
-            .decision
-            .instance_id
-    };
-    // Weighing only the requests queued now, computing the prefix on an idle instance is
-    // faster than waiting behind i2's queue; weighing its later reuse as well, it stays.
-    assert_ne!(placed_with(0.0), "i2");
-    assert_eq!(
-        placed_with(switchyard_scheduler::DEFAULT_BACKLOG_WEIGHT),
-        "i2"
+fn without_slos_the_latency_added_to_everyone_decides_not_the_requests_own_ttft() {
+    // 200 requests decode on i0 at about 48 ms a token; its cached half makes the request's
+    // first token come soonest there, but its prefill would slow all 200.
+    let (mut s, req) = holder_and_other(predictive(Slos::default()), 200, 2_300_000, 0);
+    let placed = s.schedule(&req, 1.0).unwrap();
+    assert_eq!(placed.decision.instance_id, "i1");
+    let up = placed.decision.runner_up.clone().expect("two candidates");
+    assert_eq!(up.instance_id, "i0");
+    assert!(
+        up.predicted_ttft_ms < placed.decision.predicted_ttft_ms.unwrap(),
+        "{up:?} vs {:?}",
+        placed.decision
     );
+    assert!(up.predicted_tpot_ms > placed.decision.predicted_tpot_ms.unwrap());
+}
+
+#[test]
+fn with_slos_a_placement_that_pushes_running_requests_past_the_tpot_slo_is_avoided_when_another_can_take_it(
+) {
+    // The 200 requests decoding on i0 at about 48 ms a token would pass 50 ms with the request's
+    // prefill and context; i1 meets the request's SLOs as well, and takes it.
+    let slos = Slos {
+        ttft: Some(1.0),
+        tpot: Some(0.05),
+    };
+    let (mut s, req) = holder_and_other(predictive(slos), 200, 2_300_000, 0);
+    let placed = s.schedule(&req, 1.0).unwrap();
+    assert_eq!(placed.decision.instance_id, "i1");
+    assert_eq!(placed.metrics.violations, 0.0);
+    assert!(placed.metrics.added_latency > 0.0);
+}
+
+#[test]
+fn with_slos_the_request_goes_where_it_meets_them_when_an_instance_can() {
+    // i1 has 60k tokens of prefill queued: the request's first token would come after three
+    // seconds there. On i0 it meets the SLOs, at the cost of slowing the ten requests decoding
+    // there.
+    let slos = Slos {
+        ttft: Some(1.0),
+        tpot: Some(0.05),
+    };
+    let (mut s, req) = holder_and_other(predictive(slos), 10, 100_000, 60_000);
+    let placed = s.schedule(&req, 1.0).unwrap();
+    assert_eq!(placed.decision.instance_id, "i0");
+    assert_eq!(placed.metrics.violations, 0.0, "{:?}", placed.metrics);
+    assert!(placed.decision.predicted_ttft_ms.unwrap() < 1000.0);
+    let up = placed.decision.runner_up.unwrap();
+    assert_eq!(up.instance_id, "i1");
+    assert!(up.predicted_ttft_ms > 1000.0, "{up:?}");
 }
 
 #[test]
@@ -305,7 +361,10 @@ fn slo_admission_answers_no_capacity_when_every_tpot_is_over() {
     let mut s = Scheduler::new(
         SchedulerConfig {
             policy: Policy::Predictive,
-            tpot_slo: Some(0.001),
+            slos: Slos {
+                ttft: None,
+                tpot: Some(0.001),
+            },
             slo_admission: true,
             ..Default::default()
         },
@@ -493,4 +552,39 @@ fn a_placement_request_releases_what_it_carries_first() {
     };
     service.schedule(&carrying).unwrap();
     assert_eq!(in_flight(), 1, "a and b released, c placed");
+}
+
+#[test]
+fn predictive_spreads_short_requests_over_idle_instances_one_of_them_new() {
+    let mut s = cluster(Policy::Predictive, 2);
+    let step = |prefill: u32| switchyard_protocol::engine_state::StepSample {
+        prefill_tokens: prefill,
+        decode_batch: 1,
+        context_tokens: 200,
+        step_seconds: 0.003,
+    };
+    // i0 has served requests; i1 just (re)started.
+    for t in 0..50 {
+        let status = EngineStatus {
+            steps: vec![step(if t % 5 == 0 { 100 } else { 0 })],
+            ..idle()
+        };
+        s.on_status("i0", status, t as f64 * 0.01);
+    }
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for r in 0..40 {
+        let prompt: Vec<u32> = (0..8).map(|t| t + r * 100).collect();
+        let now = 1.0 + r as f64 * 0.5;
+        let placed = s
+            .schedule(&request(&format!("r{r}"), &prompt), now)
+            .unwrap();
+        *counts
+            .entry(placed.decision.instance_id.clone())
+            .or_default() += 1;
+        s.release(&format!("r{r}"));
+        for i in ["i0", "i1"] {
+            s.on_status(i, idle(), now + 0.1);
+        }
+    }
+    assert!(counts.get("i1").copied().unwrap_or(0) > 0, "{counts:?}");
 }

@@ -477,3 +477,87 @@ async fn a_client_that_leaves_frees_an_engine_called_in_process() {
 async fn a_client_that_leaves_frees_an_engine_called_over_loopback_http() {
     a_client_that_leaves_frees_the_engine_request(&["--engines-over-http"]).await;
 }
+
+#[tokio::test]
+async fn the_scheduler_times_its_stages_and_checks_its_predictions_against_the_client() {
+    let serve = Process::serve(
+        2,
+        &[
+            "--backend",
+            "sim",
+            "--sim-time-scale",
+            "100",
+            "--policy",
+            "predictive",
+            "--slo-ttft",
+            "1000",
+            "--slo-tpot",
+            "50",
+        ],
+    )
+    .await;
+    let base = serve.url(0);
+    let client = reqwest::Client::new();
+    until_completing(&base).await;
+    for i in 0..6 {
+        let stream = i % 2 == 0;
+        let answer = client
+            .post(format!("{base}/v1/completions"))
+            .json(&json!({"prompt": "predict me", "max_tokens": 8, "ignore_eos": true, "stream": stream}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        answer.bytes().await.unwrap();
+    }
+    let count = |text: &str, family: &str| metric_value(text, &format!("{family}_count"));
+    let errors = |kind: &str| format!("scheduler_prediction_error_ratio_count{{kind=\"{kind}\"}}");
+    let mut metrics = String::new();
+    for _ in 0..50 {
+        metrics = metrics_text(&client, &base).await;
+        if metric_value(&metrics, &errors("tpot")) >= 6.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for family in [
+        "request_query_prefix_cache_hit_duration_milliseconds",
+        "request_calc_prefix_cache_hit_duration_milliseconds",
+    ] {
+        assert!(count(&metrics, family) >= 6.0, "{family}: {metrics}");
+    }
+    for family in [
+        "scheduler_cms_refresh_status_duration_milliseconds",
+        "scheduler_cms_refresh_metadata_duration_milliseconds",
+    ] {
+        assert!(count(&metrics, family) >= 2.0, "{family}: {metrics}");
+    }
+    for kind in ["ttft", "tpot"] {
+        let series = errors(kind);
+        assert!(
+            metric_value(&metrics, &series) >= 6.0,
+            "{series}: {metrics}"
+        );
+    }
+}
+
+#[test]
+fn objectives_that_are_not_positive_numbers_are_refused_at_start() {
+    for (flag, value) in [
+        ("--slo-tpot", "-5"),
+        ("--slo-ttft", "NaN"),
+        ("--slo-ttft", "inf"),
+        ("--slo-for", "m=0:50"),
+    ] {
+        let out = std::process::Command::new(switchyard_tests::binary())
+            .args(["serve", "--backend", "sim", flag, value])
+            .output()
+            .expect("switchyard runs");
+        assert!(!out.status.success(), "{flag} {value} was taken");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(flag) || stderr.contains("milliseconds above zero"),
+            "{flag} {value}: {stderr}"
+        );
+    }
+}

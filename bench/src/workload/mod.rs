@@ -1,6 +1,9 @@
-//! Timed requests: from public traces ([`mooncake`], [`azure`]) or generated ([`synthetic`]).
+//! Timed requests: from public traces ([`mooncake`], [`azure`]) or generated ([`synthetic`],
+//! [`agentic`], [`long_context`]).
 
+pub mod agentic;
 pub mod azure;
+pub mod long_context;
 pub mod mooncake;
 pub mod synthetic;
 

@@ -1,6 +1,6 @@
 //! Generated workloads, deterministic for a seed: Poisson or gamma-bursty arrivals of plain
 //! requests, of users sharing a group's long system prompt, or of multi-turn chats whose history
-//! grows turn by turn.
+//! grows turn by turn as their users answer.
 
 use super::{BenchRequest, Message, Prompt};
 use crate::text::{Span, Words};
@@ -99,6 +99,7 @@ pub fn shared_prefix(
     spec: SharedPrefix,
     arrivals: Arrivals,
     words: &Words,
+    form: PromptForm,
     seed: u64,
 ) -> Vec<BenchRequest> {
     let mut rng = SmallRng::seed_from_u64(seed);
@@ -114,23 +115,57 @@ pub fn shared_prefix(
         .zip(times)
         .map(|((g, u), at)| BenchRequest {
             at,
-            prompt: Prompt::Chat(vec![
-                Message {
-                    role: "system",
-                    content: words.text(SYSTEM_SEED ^ seed ^ g as u64, spec.system_tokens),
-                },
-                Message {
-                    role: "user",
-                    content: words.text(
-                        QUESTION_SEED ^ seed ^ ((g as u64) << 24) ^ u as u64,
-                        spec.question_tokens,
+            prompt: form.prompt(
+                words,
+                vec![
+                    (
+                        "system",
+                        Span {
+                            seed: SYSTEM_SEED ^ seed ^ g as u64,
+                            count: spec.system_tokens,
+                        },
                     ),
-                },
-            ]),
+                    (
+                        "user",
+                        Span {
+                            seed: QUESTION_SEED ^ seed ^ ((g as u64) << 24) ^ u as u64,
+                            count: spec.question_tokens,
+                        },
+                    ),
+                ],
+            ),
             prompt_tokens: spec.system_tokens + spec.question_tokens,
             max_tokens: spec.output,
         })
         .collect()
+}
+
+/// How a generated conversation is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptForm {
+    /// As chat messages (`/v1/chat/completions`).
+    Chat,
+    /// The messages' texts as one completion prompt: the same prefixes, without the chat
+    /// template, and no tokenizer needed to simulate it.
+    Text,
+}
+
+impl PromptForm {
+    /// The prompt of `messages`, each a role and the words of its text.
+    fn prompt(self, words: &Words, messages: Vec<(&'static str, Span)>) -> Prompt {
+        match self {
+            PromptForm::Chat => Prompt::Chat(
+                messages
+                    .into_iter()
+                    .map(|(role, span)| Message {
+                        role,
+                        content: words.text(span.seed, span.count),
+                    })
+                    .collect(),
+            ),
+            PromptForm::Text => Prompt::Text(messages.into_iter().map(|(_, span)| span).collect()),
+        }
+    }
 }
 
 /// Sizes of a multi-turn workload.
@@ -144,59 +179,55 @@ pub struct MultiTurn {
     pub user_tokens: usize,
     /// Tokens of each answer (generated, and put in the history of later turns).
     pub answer_tokens: u32,
+    /// Mean seconds a user takes to send the next turn, after the answer.
+    pub think_seconds: f64,
 }
 
-/// Turns of all conversations, each conversation's in order, interleaved as drawn from `seed`;
+/// Seconds an answer takes a token to arrive, before the user reads it.
+const TOKEN_SECONDS: f64 = 0.02;
+
+/// Conversations starting at the times `arrivals` draws, each sending its next turn once the
+/// last answer has streamed and the user has thought (exponential, `think_seconds` on average);
 /// turn k carries the k - 1 earlier exchanges (with answers of the planned length) before its
 /// question, so each turn's prompt extends the last one's.
 pub fn multi_turn(
     spec: MultiTurn,
     arrivals: Arrivals,
     words: &Words,
+    form: PromptForm,
     seed: u64,
 ) -> Vec<BenchRequest> {
     let mut rng = SmallRng::seed_from_u64(seed);
-    let mut next_turn = vec![0usize; spec.conversations];
-    let mut open: Vec<usize> = (0..spec.conversations).collect();
+    let think = Exp::new(1.0 / spec.think_seconds.max(1e-9)).expect("a positive mean");
     let mut order = Vec::with_capacity(spec.conversations * spec.turns);
-    while !open.is_empty() {
-        let pick = rng.random_range(0..open.len());
-        let c = open[pick];
-        order.push((c, next_turn[c]));
-        next_turn[c] += 1;
-        if next_turn[c] == spec.turns {
-            open.swap_remove(pick);
+    for (c, start) in arrivals
+        .times(spec.conversations, seed ^ 1)
+        .into_iter()
+        .enumerate()
+    {
+        let mut at = start;
+        for turn in 0..spec.turns {
+            order.push((at, c, turn));
+            at += spec.answer_tokens as f64 * TOKEN_SECONDS + think.sample(&mut rng);
         }
     }
-    let times = arrivals.times(order.len(), seed ^ 1);
-    let text = |c: usize, turn: usize, who: u64, len: usize| {
-        words.text(
-            TURN_SEED ^ seed ^ ((c as u64) << 32) ^ ((turn as u64) << 8) ^ who,
-            len,
-        )
+    order.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let text = |c: usize, turn: usize, who: u64, count: usize| Span {
+        seed: TURN_SEED ^ seed ^ ((c as u64) << 32) ^ ((turn as u64) << 8) ^ who,
+        count,
     };
     order
         .into_iter()
-        .zip(times)
-        .map(|((c, turn), at)| {
+        .map(|(at, c, turn)| {
             let mut messages = Vec::with_capacity(2 * turn + 1);
             for k in 0..turn {
-                messages.push(Message {
-                    role: "user",
-                    content: text(c, k, 0, spec.user_tokens),
-                });
-                messages.push(Message {
-                    role: "assistant",
-                    content: text(c, k, 1, spec.answer_tokens as usize),
-                });
+                messages.push(("user", text(c, k, 0, spec.user_tokens)));
+                messages.push(("assistant", text(c, k, 1, spec.answer_tokens as usize)));
             }
-            messages.push(Message {
-                role: "user",
-                content: text(c, turn, 0, spec.user_tokens),
-            });
+            messages.push(("user", text(c, turn, 0, spec.user_tokens)));
             BenchRequest {
                 at,
-                prompt: Prompt::Chat(messages),
+                prompt: form.prompt(words, messages),
                 prompt_tokens: (turn + 1) * spec.user_tokens + turn * spec.answer_tokens as usize,
                 max_tokens: spec.answer_tokens,
             }
@@ -249,9 +280,15 @@ mod tests {
             question_tokens: 5,
             output: 8,
         };
-        let a = shared_prefix(spec, arrivals, &words, 5);
-        assert_eq!(a, shared_prefix(spec, arrivals, &words, 5));
-        assert_ne!(a, shared_prefix(spec, arrivals, &words, 6));
+        let a = shared_prefix(spec, arrivals, &words, PromptForm::Chat, 5);
+        assert_eq!(
+            a,
+            shared_prefix(spec, arrivals, &words, PromptForm::Chat, 5)
+        );
+        assert_ne!(
+            a,
+            shared_prefix(spec, arrivals, &words, PromptForm::Chat, 6)
+        );
         assert_eq!(a.len(), 12);
         let systems: std::collections::BTreeSet<String> = a
             .iter()
@@ -274,13 +311,12 @@ mod tests {
             turns: 4,
             user_tokens: 6,
             answer_tokens: 9,
+            think_seconds: 1.0,
         };
-        let r = multi_turn(spec, Arrivals::Poisson { rate: 5.0 }, &words, 2);
+        let poisson = Arrivals::Poisson { rate: 5.0 };
+        let r = multi_turn(spec, poisson, &words, PromptForm::Chat, 2);
         assert_eq!(r.len(), 12);
-        assert_eq!(
-            r,
-            multi_turn(spec, Arrivals::Poisson { rate: 5.0 }, &words, 2)
-        );
+        assert_eq!(r, multi_turn(spec, poisson, &words, PromptForm::Chat, 2));
         let chats: Vec<&Vec<Message>> = r
             .iter()
             .map(|q| match &q.prompt {

@@ -57,12 +57,12 @@ async fn release(
 ) -> Response {
     match parse::<Releases>(&body) {
         Ok(Releases::One(r)) => {
-            service.release(&r.request_id, r.gateway.as_deref());
+            service.release(&r.request_id, &r.observed, r.gateway.as_deref());
             StatusCode::OK.into_response()
         }
         Ok(Releases::Many(list)) => {
             for r in list {
-                service.release(&r.request_id, r.gateway.as_deref());
+                service.release(&r.request_id, &r.observed, r.gateway.as_deref());
             }
             StatusCode::OK.into_response()
         }

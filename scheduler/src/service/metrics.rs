@@ -1,6 +1,7 @@
 //! The scheduler's Prometheus families, in Llumnix's names.
 
 use crate::cms::InstanceMeta;
+use crate::predictor::PredictionErrors;
 use crate::scheduler::{InstanceView, Placement, ScheduleError};
 use prometheus::{
     Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -30,6 +31,13 @@ const TOKEN_MS: &[f64] = &[
     1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 500.0,
 ];
 
+/// Prediction-error buckets: (predicted - actual) / actual, -1 to +1 in steps of 0.1, then
+/// -5, -2, +2 and +5.
+const ERROR_RATIO: &[f64] = &[
+    -5.0, -2.0, -1.0, -0.9, -0.8, -0.7, -0.6, -0.5, -0.4, -0.3, -0.2, -0.1, 0.0, 0.1, 0.2, 0.3,
+    0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 2.0, 5.0,
+];
+
 /// The `selected_instance_*` series of one stage.
 struct SelectedSeries {
     kv_usage: Histogram,
@@ -51,6 +59,11 @@ pub struct SchedulerMetrics {
     tracked: IntGauge,
     reclaimed: IntCounter,
     duration: Histogram,
+    query_prefix: Histogram,
+    calc_prefix: Histogram,
+    refresh_metadata: Histogram,
+    refresh_status: Histogram,
+    prediction_error: [Histogram; 2],
     kv_usage: HistogramVec,
     decode_batch: HistogramVec,
     prefills: HistogramVec,
@@ -210,6 +223,16 @@ impl SchedulerMetrics {
                 ))
             })
             .collect::<prometheus::Result<Vec<_>>>()?;
+        let prediction_error = HistogramVec::new(
+            HistogramOpts::new(
+                "scheduler_prediction_error_ratio",
+                "How far the chosen instance's predicted TTFT and TPOT were from what the client \
+                 saw: (predicted - actual) / actual.",
+            )
+            .buckets(ERROR_RATIO.to_vec()),
+            &["kind"],
+        )?;
+        reg.register(Box::new(prediction_error.clone()))?;
         Ok(SchedulerMetrics {
             duration: histogram(
                 &reg,
@@ -217,6 +240,31 @@ impl SchedulerMetrics {
                 "Time to place one request.",
                 STAGE_MS,
             )?,
+            query_prefix: histogram(
+                &reg,
+                "request_query_prefix_cache_hit_duration_milliseconds",
+                "Time to look a request's block hashes up in the prefix index.",
+                STAGE_MS,
+            )?,
+            calc_prefix: histogram(
+                &reg,
+                "request_calc_prefix_cache_hit_duration_milliseconds",
+                "Time to turn the prefix index's answer into each instance's cached blocks.",
+                STAGE_MS,
+            )?,
+            refresh_metadata: histogram(
+                &reg,
+                "scheduler_cms_refresh_metadata_duration_milliseconds",
+                "Time to add or update an instance's description in the CMS.",
+                STAGE_MS,
+            )?,
+            refresh_status: histogram(
+                &reg,
+                "scheduler_cms_refresh_status_duration_milliseconds",
+                "Time to take in an instance's status (CMS, LRS reconciliation, predictor).",
+                STAGE_MS,
+            )?,
+            prediction_error: ["ttft", "tpot"].map(|k| prediction_error.with_label_values(&[k])),
             kv_usage: by_stage(
                 &reg,
                 "selected_instance_kv_cache_usage_ratio_projected",
@@ -299,6 +347,31 @@ impl SchedulerMetrics {
                 series.tpot.observe(p.metrics.predicted_tpot * 1000.0);
             }
             Err(e) => self.failed.with_label_values(&[e.label()]).inc(),
+        }
+    }
+
+    /// Records the time of a decision's prefix lookup and of computing each instance's hits.
+    pub fn on_prefix_stages(&self, query_ms: f64, calc_ms: f64) {
+        self.query_prefix.observe(query_ms);
+        self.calc_prefix.observe(calc_ms);
+    }
+
+    /// Records the time to refresh an instance's description.
+    pub fn on_refresh_metadata(&self, elapsed_ms: f64) {
+        self.refresh_metadata.observe(elapsed_ms);
+    }
+
+    /// Records the time to take in an instance's status.
+    pub fn on_refresh_status(&self, elapsed_ms: f64) {
+        self.refresh_status.observe(elapsed_ms);
+    }
+
+    /// Records how far a finished request's predictions were from what its client saw.
+    pub fn on_prediction_errors(&self, errors: &PredictionErrors) {
+        for (histogram, error) in self.prediction_error.iter().zip([errors.ttft, errors.tpot]) {
+            if let Some(e) = error {
+                histogram.observe(e);
+            }
         }
     }
 

@@ -16,12 +16,12 @@ pub use metrics::SchedulerMetrics;
 pub use sources::{probe_model, scrape_instance, watch_switchyard_instance};
 
 use crate::cms::InstanceMeta;
-use crate::scheduler::{InstanceView, ScheduleError, Scheduler};
+use crate::scheduler::{InstanceView, Lap, ScheduleError, Scheduler};
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::kv_events::{KvEvent, StoredBlock};
-use switchyard_protocol::schedule::{ScheduleDecision, ScheduleRequest};
+use switchyard_protocol::schedule::{Observed, ScheduleDecision, ScheduleRequest};
 
 /// Unix time in seconds: the clock the service runs the scheduler on.
 pub fn unix_now() -> f64 {
@@ -35,8 +35,8 @@ pub fn unix_now() -> f64 {
 pub trait ScheduleApi: Send + Sync {
     /// Places a request.
     fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ScheduleError>;
-    /// Forgets a request's dispatch.
-    fn release(&self, request_id: &str, gateway: Option<&str>);
+    /// Forgets a request's dispatch; `observed` is what its client saw, if it finished.
+    fn release(&self, request_id: &str, observed: &Observed, gateway: Option<&str>);
     /// Progress of a request.
     fn report(&self, request_id: &str, tokens_so_far: u32, gateway: Option<&str>);
     /// A gateway is alive.
@@ -73,7 +73,11 @@ impl SchedulerService {
 
     /// Adds an instance.
     pub fn add_instance(&self, meta: InstanceMeta) {
-        self.core().add_instance(meta);
+        let mut core = self.core();
+        let started = Instant::now();
+        core.add_instance(meta);
+        self.metrics
+            .on_refresh_metadata(started.elapsed().as_secs_f64() * 1e3);
     }
 
     /// Removes an instance and its gauges.
@@ -102,7 +106,11 @@ impl SchedulerService {
     /// dispatch on each of every instance's statuses would hold the lock the gateways wait on.
     /// The instance's gauges are set when they are read, not here.
     pub fn on_status(&self, id: &str, status: EngineStatus) {
-        self.core().on_status(id, status, unix_now());
+        let mut core = self.core();
+        let started = Instant::now();
+        core.on_status(id, status, unix_now());
+        self.metrics
+            .on_refresh_status(started.elapsed().as_secs_f64() * 1e3);
     }
 
     /// An instance could not be reached.
@@ -138,23 +146,36 @@ impl ScheduleApi for SchedulerService {
     fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ScheduleError> {
         let started = Instant::now();
         let mut core = self.core();
-        for request_id in &req.released {
-            core.release(request_id);
+        for released in &req.released {
+            let errors = core.finish(&released.request_id, &released.observed);
+            self.metrics.on_prediction_errors(&errors);
         }
-        let result = core.schedule(req, unix_now());
+        let placing = Instant::now();
+        let mut laps = [placing; 2];
+        let result = core.schedule_with(req, unix_now(), &mut |lap| {
+            laps[lap as usize] = Instant::now()
+        });
         drop(core);
-        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
         self.metrics
-            .on_schedule(req.infer_stage, &result, elapsed_ms);
+            .on_schedule(req.infer_stage, &result, ms(started.elapsed()));
+        if result.is_ok() {
+            self.metrics.on_prefix_stages(
+                ms(laps[Lap::PrefixQueried as usize] - placing),
+                ms(laps[Lap::HitsCalculated as usize] - laps[Lap::PrefixQueried as usize]),
+            );
+        }
         result.map(|p| p.decision)
     }
 
-    fn release(&self, request_id: &str, gateway: Option<&str>) {
+    fn release(&self, request_id: &str, observed: &Observed, gateway: Option<&str>) {
         let mut core = self.core();
         if let Some(g) = gateway {
             core.gateway_seen(g, unix_now());
         }
-        core.release(request_id);
+        let errors = core.finish(request_id, observed);
+        drop(core);
+        self.metrics.on_prediction_errors(&errors);
     }
 
     fn report(&self, request_id: &str, tokens_so_far: u32, gateway: Option<&str>) {
