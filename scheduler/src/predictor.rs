@@ -175,8 +175,8 @@ pub fn prefill_seconds(fit: &StepTimeFit, tokens: f64) -> f64 {
 /// Predicted time per output token on an instance.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TpotOutlook {
-    /// What the request gets there: its prompt, and the prompts queued ahead of it, are
-    /// computed before it decodes, so only the instance's usual prefill load shares its steps.
+    /// What the request gets there: the instance's recent prefill load and the prompts queued
+    /// now (which stand for the arrivals it will see while it decodes) share its steps.
     pub own: f64,
     /// What the requests decoding there get while the queued prompts are computed, if the
     /// request goes elsewhere.
@@ -190,8 +190,12 @@ pub struct TpotOutlook {
 
 /// Predicted seconds per output token: a decode step's time (the batch, and the request's own
 /// context once it comes), stretched by the share of time the instance spends on prefill: its
-/// recent share, and, for the requests decoding there now, the prompts queued ahead spread over
-/// the request's decode time (with its own prompt if it comes).
+/// recent share plus the prompts queued ahead spread over the request's decode time (and, for
+/// the requests decoding there now, its own prompt if it comes). The queued prompts count for
+/// the request too, though they are computed before it decodes: they are where the latest
+/// arrivals went, and without them every request placed between two status updates would see
+/// the same instance as the least loaded (the Azure conversation trace at saturation: P99 TTFT
+/// 870 ms without them, 245 ms with them, 196 ms for cache-aware).
 pub fn predict_tpot(fit: &StepTimeFit, q: &QueueShape) -> TpotOutlook {
     let decode_before = fit.step_seconds(0.0, q.decode_batch.max(1.0), q.decode_context);
     let decode_after = fit.step_seconds(
@@ -205,7 +209,7 @@ pub fn predict_tpot(fit: &StepTimeFit, q: &QueueShape) -> TpotOutlook {
     let own_prefill = prefill_seconds(fit, q.own_prefill);
     let extra_step = (decode_after - decode_before).max(0.0);
     TpotOutlook {
-        own: decode_after * stretch(q.prefill_share),
+        own: decode_after * stretch(queued),
         others_before: decode_before * stretch(queued),
         others_after: decode_after * stretch(queued + own_prefill / horizon),
         delay_each: (own_prefill + q.output_tokens * extra_step) * stretch(queued),
@@ -330,9 +334,13 @@ mod tests {
                 ..q
             },
         );
-        assert_eq!(
-            prompts.own, quiet.own,
-            "prompts ahead are done before it decodes"
+        assert!(
+            prompts.own > 1.5 * quiet.own,
+            "prompts queued ahead stand for arrivals"
+        );
+        assert!(
+            prompts.own < prompts.others_after,
+            "its own prompt is done before it decodes"
         );
         assert!(prompts.others_before > 1.5 * quiet.others_before);
         assert!(prompts.delay_each > 10.0 * quiet.delay_each);

@@ -280,20 +280,12 @@ impl Scheduler {
 
     /// The SLOs for requests of `model`.
     pub fn slos_for(&self, model: &str) -> Slos {
-        self.config
-            .model_slos
-            .iter()
-            .find(|(m, _)| m == model)
-            .map_or(self.config.slos, |(_, s)| *s)
+        for_model(&self.config.model_slos, model, self.config.slos)
     }
 
     /// The policy for requests of `model`.
     pub fn policy_for(&self, model: &str) -> Policy {
-        self.config
-            .model_policies
-            .iter()
-            .find(|(m, _)| m == model)
-            .map_or(self.config.policy, |(_, p)| *p)
+        for_model(&self.config.model_policies, model, self.config.policy)
     }
 
     /// Releases a request's dispatch.
@@ -533,6 +525,14 @@ impl Scheduler {
     pub fn dispatches(&self) -> usize {
         self.lrs.len()
     }
+}
+
+/// The setting `entries` give `model`, or `default`.
+fn for_model<T: Copy>(entries: &[(String, T)], model: &str, default: T) -> T {
+    entries
+        .iter()
+        .find(|(m, _)| m == model)
+        .map_or(default, |(_, v)| *v)
 }
 
 /// Logs every candidate's score for a decision (at debug level).

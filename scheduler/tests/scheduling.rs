@@ -158,20 +158,18 @@ fn cache_aware_follows_the_prefix_until_the_queue_outweighs_it() {
 }
 
 #[test]
-fn a_prefix_follows_its_first_request_until_the_engine_reports_it_or_the_wait_ends() {
+fn a_placed_prefix_counts_as_cached_on_its_instance_until_the_engine_reports_it_or_the_wait_ends() {
     let mut s = cluster(Policy::Predictive, 4);
     let prompt: Vec<u32> = (0..4000).collect();
     let first = s.schedule(&request("first", &prompt), 0.5).unwrap();
-    let holder = first.decision.instance_id.clone();
     assert_eq!(first.decision.cached_tokens, 0);
-    // No KV event yet (the first prefill is still queued): the group's next requests go where
-    // its prefix is being computed, not to an idler instance that would compute it again.
+    // No KV event yet (the first prefill is still queued): the group's next requests see the
+    // prefix on the instance where it is being computed, and weigh it as cached there.
     for (i, now) in [(1, 0.6), (2, 0.7), (3, 0.8)] {
         let placed = s
             .schedule(&request(&format!("next{i}"), &prompt), now)
             .unwrap();
-        assert_eq!(placed.decision.instance_id, holder);
-        assert_eq!(placed.decision.cached_tokens, 3999);
+        assert_eq!(placed.decision.best_cached_tokens, 3999);
         s.release(&format!("next{i}"));
     }
     s.release("first");
@@ -182,7 +180,7 @@ fn a_prefix_follows_its_first_request_until_the_engine_reports_it_or_the_wait_en
     }
     s.tick(later);
     let placed = s.schedule(&request("late", &prompt), later).unwrap();
-    assert_eq!(placed.decision.cached_tokens, 0);
+    assert_eq!(placed.decision.best_cached_tokens, 0);
 }
 
 #[test]
