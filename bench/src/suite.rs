@@ -540,10 +540,16 @@ pub fn goals(results: &[WorkloadResult], default: &str) -> Option<String> {
                 values.fold(f64::MAX, f64::min)
             }
         };
-        let rate = mine.highest_rate / best(&|p| p.highest_rate, true).max(1e-9);
-        let goodput = at(mine).goodput / best(&|p| at(p).goodput, true).max(1e-9);
-        let tpot = at(mine).tpot_ms.p99 / best(&|p| at(p).tpot_ms.p99, false).max(1e-9);
-        let e2e = at(mine).e2e_s.p99 / best(&|p| at(p).e2e_s.p99, false).max(1e-9);
+        // Against a best of zero: 1 when both are zero, unbounded when only the other is.
+        let ratio = |mine: f64, best: f64| match (mine > 0.0, best > 0.0) {
+            (_, true) => mine / best,
+            (true, false) => f64::INFINITY,
+            (false, false) => 1.0,
+        };
+        let rate = ratio(mine.highest_rate, best(&|p| p.highest_rate, true));
+        let goodput = ratio(at(mine).goodput, best(&|p| at(p).goodput, true));
+        let tpot = ratio(at(mine).tpot_ms.p99, best(&|p| at(p).tpot_ms.p99, false));
+        let e2e = ratio(at(mine).e2e_s.p99, best(&|p| at(p).e2e_s.p99, false));
         let baseline = w
             .policies
             .iter()
