@@ -28,8 +28,8 @@ struct Recorded {
     queued: usize,
     /// Blocks of the placements that count in lookups.
     indexed: usize,
-    /// Placements by their last block.
-    by_last: FxHashMap<u64, Arc<[u64]>>,
+    /// Placements by their last block, with the time each was last recorded.
+    by_last: FxHashMap<u64, (Arc<[u64]>, f64)>,
     /// Seconds a placement lives.
     ttl: f64,
 }
@@ -80,7 +80,7 @@ impl Placements {
         if earlier.is_none() {
             recorded.indexed += list.len();
         }
-        recorded.by_last.insert(last, list.clone());
+        recorded.by_last.insert(last, (list.clone(), now));
         recorded.queued += list.len();
         recorded.queue.push_back((list, now));
         while self.recorded[slot as usize].queued > self.capacity {
@@ -93,7 +93,7 @@ impl Placements {
         let Some(recorded) = self.recorded.get_mut(slot as usize) else {
             return;
         };
-        if let Some(list) = recorded.by_last.remove(&hash) {
+        if let Some((list, _)) = recorded.by_last.remove(&hash) {
             self.remove(slot, &list);
         }
     }
@@ -123,7 +123,7 @@ impl Placements {
         if latest.is_some_and(|latest| latest <= at) {
             let recorded = &mut self.recorded[slot as usize];
             let last = list[list.len() - 1];
-            if recorded.by_last.get(&last) == Some(&list) {
+            if recorded.by_last.get(&last).is_some_and(|(l, _)| *l == list) {
                 recorded.by_last.remove(&last);
             }
             self.remove(slot, &list);
@@ -168,31 +168,48 @@ impl Placements {
     /// Raises each instance's count in `out` to the longest prefix of `hashes` that one of its
     /// placements live at `now` covers, adding instances not there yet.
     pub(super) fn extend_matches(&self, hashes: &[u64], now: f64, out: &mut Vec<(Slot, u32)>) {
-        let Some(slots) = hashes.first().and_then(|first| self.by_first.get(first)) else {
+        let (Some(slots), Some(last)) = (
+            hashes.first().and_then(|first| self.by_first.get(first)),
+            hashes.last(),
+        ) else {
             return;
         };
+        // Sorted by slot, so that each instance's entry is a binary search away; instances new
+        // to `out` are added after the loop.
+        out.sort_unstable_by_key(|&(slot, _)| slot);
+        let known = out.len();
         for (&slot, sorted) in slots {
-            let ttl = self.recorded[slot as usize].ttl;
-            let live = |(_, &at): &(&Arc<[u64]>, &f64)| now - at <= ttl;
-            let below = sorted
-                .range::<[u64], _>((Bound::Unbounded, Bound::Included(hashes)))
-                .rev()
-                .find(live);
-            let above = sorted
-                .range::<[u64], _>((Bound::Excluded(hashes), Bound::Unbounded))
-                .find(live);
-            let matched = [below, above]
-                .into_iter()
-                .flatten()
-                .map(|(list, _)| common_prefix(list, hashes))
-                .max()
-                .unwrap_or(0) as u32;
+            let recorded = &self.recorded[slot as usize];
+            let live = |at: f64| now - at <= recorded.ttl;
+            // The same list placed again (every request of a group, say): chained hashes make
+            // an equal last block an equal list, with no comparison of whole lists.
+            let whole = recorded
+                .by_last
+                .get(last)
+                .is_some_and(|(list, at)| list.len() == hashes.len() && live(*at));
+            let matched = if whole {
+                hashes.len() as u32
+            } else {
+                let below = sorted
+                    .range::<[u64], _>((Bound::Unbounded, Bound::Included(hashes)))
+                    .rev()
+                    .find(|(_, &at)| live(at));
+                let above = sorted
+                    .range::<[u64], _>((Bound::Excluded(hashes), Bound::Unbounded))
+                    .find(|(_, &at)| live(at));
+                [below, above]
+                    .into_iter()
+                    .flatten()
+                    .map(|(list, _)| common_prefix(list, hashes))
+                    .max()
+                    .unwrap_or(0) as u32
+            };
             if matched == 0 {
                 continue;
             }
-            match out.iter_mut().find(|(s, _)| *s == slot) {
-                Some(entry) => entry.1 = entry.1.max(matched),
-                None => out.push((slot, matched)),
+            match out[..known].binary_search_by_key(&slot, |&(s, _)| s) {
+                Ok(i) => out[i].1 = out[i].1.max(matched),
+                Err(_) => out.push((slot, matched)),
             }
         }
     }
@@ -223,6 +240,24 @@ mod tests {
         p.extend_matches(hashes, now, &mut out);
         out.sort();
         out
+    }
+
+    #[test]
+    fn a_list_placed_on_many_instances_matches_whole_and_raises_what_the_events_found() {
+        let mut p = Placements::new(1000);
+        for slot in 0..50 {
+            p.record(slot, &[1, 2, 3], 0.0, 10.0);
+        }
+        p.record(50, &[1, 2, 8], 0.0, 10.0);
+        // Instances 7 and 60 hold the first block by their events already.
+        let mut out = vec![(60, 1), (7, 1)];
+        p.extend_matches(&[1, 2, 3], 1.0, &mut out);
+        out.sort();
+        let mut want: Vec<(Slot, u32)> = (0..50).map(|s| (s, 3)).collect();
+        want.push((50, 2));
+        want.push((60, 1));
+        assert_eq!(out, want);
+        assert_eq!(matches(&p, &[1, 2, 3], 10.5), vec![], "all lapsed");
     }
 
     #[test]
