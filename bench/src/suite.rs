@@ -19,7 +19,7 @@ use crate::text::Words;
 use crate::workload::agentic::{self, Agentic};
 use crate::workload::long_context::{self, LongContext};
 use crate::workload::synthetic::{self, Arrivals, MultiTurn, PromptForm, SharedPrefix};
-use crate::workload::{at_rate, BenchRequest};
+use crate::workload::{at_rate, offered_rate, BenchRequest};
 use crate::workload_args::WorkloadArgs;
 use indicatif::ProgressBar;
 use rayon::prelude::*;
@@ -236,19 +236,6 @@ pub fn workloads(
         }
     }
     Ok((out, notes))
-}
-
-/// Requests over the span of their arrivals.
-fn offered_rate(requests: &[BenchRequest]) -> f64 {
-    let span = match (requests.first(), requests.last()) {
-        (Some(a), Some(b)) => b.at - a.at,
-        _ => 0.0,
-    };
-    if span > 0.0 {
-        (requests.len() - 1) as f64 / span
-    } else {
-        0.0
-    }
 }
 
 /// Parses a positive, finite number.

@@ -5,7 +5,7 @@ use crate::text::Words;
 use crate::workload::agentic::{self, Agentic};
 use crate::workload::long_context::{self, LongContext};
 use crate::workload::synthetic::{self, Arrivals, MultiTurn, PromptForm, SharedPrefix};
-use crate::workload::{at_rate, azure, mooncake, BenchRequest};
+use crate::workload::{at_rate, azure, mooncake, offered_rate, BenchRequest};
 use anyhow::{bail, Context};
 
 /// Mean seconds a `multi-turn` user thinks before the next turn, at the generator's own pace
@@ -205,15 +205,5 @@ impl WorkloadArgs {
                 (offered_rate(&requests), requests)
             })
             .collect()
-    }
-}
-
-/// The offered rate of a workload: requests over its span.
-fn offered_rate(requests: &[BenchRequest]) -> f64 {
-    let span = requests.last().map_or(0.0, |r| r.at);
-    if span > 0.0 {
-        (requests.len() - 1) as f64 / span
-    } else {
-        f64::INFINITY
     }
 }

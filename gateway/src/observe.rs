@@ -48,9 +48,7 @@ impl RelayObserver {
             self.text_events += 1;
         }
     }
-}
 
-impl RelayObserver {
     /// What the client saw of the answer, as it ends at `end`.
     pub fn observed(&self, end: Instant) -> Observed {
         let tokens = self.reported_tokens.unwrap_or(self.text_events);

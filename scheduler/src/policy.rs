@@ -88,8 +88,6 @@ pub struct CandidateMetrics {
     /// Predicted time per output token of the instance's other requests if this one goes
     /// elsewhere, seconds.
     pub predicted_tpot_before: f64,
-    /// The same if it comes.
-    pub predicted_tpot_others: f64,
     /// Seconds each of the instance's requests waits longer if it comes.
     pub delay_each: f64,
     /// Predicted seconds of this request's own uncached prefill on an idle instance.

@@ -8,7 +8,7 @@ use crate::predictor::{
     DEFAULT_PRIOR,
 };
 use crate::prefix_index::{IndexError, PrefixIndex, Slot};
-use crate::score::{misses_own, score, Slos};
+use crate::score::{score, Slos};
 use crate::step_fits::StepFits;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use rustc_hash::FxHashMap;
@@ -403,10 +403,7 @@ impl Scheduler {
             for c in &mut candidates {
                 score(&mut c.1, slos, req.max_tokens as f64, load);
             }
-            if self.config.slo_admission
-                && slos.any()
-                && candidates.iter().all(|c| misses_own(&c.1, slos))
-            {
+            if self.config.slo_admission && candidates.iter().all(|c| c.1.violations > 0.0) {
                 return Err(ScheduleError::AllEndpointsBusy);
             }
         }
@@ -660,7 +657,6 @@ fn candidate_metrics(
     );
     m.predicted_tpot = tpot.own;
     m.predicted_tpot_before = tpot.others_before;
-    m.predicted_tpot_others = tpot.others_after;
     m.delay_each = tpot.delay_each;
     m
 }

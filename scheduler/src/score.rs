@@ -57,7 +57,7 @@ pub fn score(m: &mut CandidateMetrics, slos: Slos, output_tokens: f64, load: f64
 
 /// Whether the request itself would miss its SLOs there: its predicted TTFT or TPOT is over
 /// them, or its KV would not fit.
-pub fn misses_own(m: &CandidateMetrics, slos: Slos) -> bool {
+fn misses_own(m: &CandidateMetrics, slos: Slos) -> bool {
     m.kv_overflow
         || slos.ttft.is_some_and(|s| m.predicted_ttft > s)
         || slos.tpot.is_some_and(|s| m.predicted_tpot > s)

@@ -52,3 +52,17 @@ pub fn at_rate(requests: &mut [BenchRequest], rate: f64) {
         r.at *= factor;
     }
 }
+
+/// The rate a workload offers: requests over the span of their arrivals (infinite when they
+/// all arrive at once).
+pub fn offered_rate(requests: &[BenchRequest]) -> f64 {
+    let span = match (requests.first(), requests.last()) {
+        (Some(a), Some(b)) => b.at - a.at,
+        _ => 0.0,
+    };
+    if span > 0.0 {
+        (requests.len() - 1) as f64 / span
+    } else {
+        f64::INFINITY
+    }
+}
