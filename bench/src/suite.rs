@@ -549,6 +549,13 @@ pub fn goals(results: &[WorkloadResult], default: &str) -> Option<String> {
             ttft_wins += 1;
         }
         let met = rate >= 1.0 && goodput >= 0.98 && tpot <= 1.05 && e2e <= 1.05;
+        let verdict = if w.policies.iter().all(|p| p.highest_rate == 0.0) {
+            "- (no policy inside the SLOs)"
+        } else if met {
+            "met"
+        } else {
+            "not met"
+        };
         let _ = writeln!(
             out,
             "| {} | {rate:.2}x | {goodput:.2}x | {tpot:.2}x | {e2e:.2}x | {} | {} |",
@@ -558,7 +565,7 @@ pub fn goals(results: &[WorkloadResult], default: &str) -> Option<String> {
             } else {
                 "-".into()
             },
-            if met { "met" } else { "not met" }
+            verdict
         );
     }
     let _ = writeln!(
