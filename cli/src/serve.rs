@@ -61,6 +61,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tokenizer: parts[0].tokenizer.clone(),
         chat_template: parts[0].chat_template.clone(),
         block_size: args.engine.block_size,
+        max_model_len: Some(parts[0].info.max_model_len),
     };
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut instances = Vec::new();

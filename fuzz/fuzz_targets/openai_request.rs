@@ -19,6 +19,7 @@ fn served() -> &'static ServedModel {
         tokenizer: builtin_tokenizer(),
         chat_template: Some(Arc::new(ChatTemplate::new(CHATML_TEMPLATE).unwrap())),
         block_size: 16,
+        max_model_len: Some(4096),
     })
 }
 

@@ -197,6 +197,7 @@ impl GatewayArgs {
             tokenizer,
             chat_template: template.map(Arc::new),
             block_size: self.block_size,
+            max_model_len: None,
         })
     }
 }

@@ -6,7 +6,8 @@ use bytes::Bytes;
 use std::sync::Arc;
 use switchyard_protocol::hashing::block_hashes;
 use switchyard_protocol::openai::{
-    ApiError, ChatCompletionRequest, CompletionRequest, MessageContent, PromptInput,
+    check_chat, check_completion, settle_max_tokens, token_prompt, ApiError, ChatCompletionRequest,
+    CompletionRequest, MessageContent, PromptInput, SamplingDefaults,
 };
 use switchyard_text::chat_template::{ChatTemplate, TemplateInput, TemplateMessage};
 use switchyard_text::tokenizer::Tokenizer;
@@ -22,6 +23,9 @@ pub struct ServedModel {
     pub chat_template: Option<Arc<ChatTemplate>>,
     /// Tokens per block of the hashes.
     pub block_size: usize,
+    /// The engines' context length, where the gateway knows it: prompts and `max_tokens` that
+    /// do not fit are refused here rather than by the engine a request was placed on.
+    pub max_model_len: Option<usize>,
 }
 
 /// The routes a request can take.
@@ -111,23 +115,45 @@ pub async fn prepare_off_worker(
         .map_err(|e| ApiError::internal(format!("Preparing the request failed: {e}")))?
 }
 
-/// Prepares a request body for `route` to be served by `model` of the pool.
+/// The engines' default `max_tokens` of a completion (vLLM's), which placement plans for.
+const COMPLETION_MAX_TOKENS: u32 = 16;
+
+/// Checks that a prompt and the tokens asked of it fit the model's length, where it is known.
+fn check_length(
+    model: &ServedModel,
+    prompt: usize,
+    max_tokens: Option<u32>,
+) -> Result<(), ApiError> {
+    match model.max_model_len {
+        Some(len) => settle_max_tokens(prompt, max_tokens, None, len).map(drop),
+        None => Ok(()),
+    }
+}
+
+/// Prepares a request body for `route` to be served by `model` of the pool: its generation
+/// fields are checked first (the engines' own rules, so a bad request is refused before it is
+/// tokenized or placed), then its prompt is tokenized and hashed.
 pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepared, ApiError> {
+    let vocab_size = model.tokenizer.vocab_size();
+    // The engines' generation defaults are theirs to apply: here only what the request says.
+    let defaults = SamplingDefaults::default();
     match route {
         Route::Completions => {
             let req: CompletionRequest = parse(body)?;
+            let checked = check_completion(&req, vocab_size, &defaults)?;
             let mut prompt_tokens = 0u32;
             let mut prompt_ids = Vec::new();
             for input in req.prompt.into_inputs() {
                 let ids = match input {
                     PromptInput::Text(text) => encode(model, &text, true)?,
-                    PromptInput::Tokens(ids) => ids
-                        .into_iter()
-                        .map(|t| t.clamp(0, u32::MAX as i64) as u32)
-                        .collect(),
+                    PromptInput::Tokens(ids) => token_prompt(&ids, vocab_size)?,
                 };
+                check_length(model, ids.len(), checked.max_tokens)?;
                 prompt_tokens += ids.len() as u32;
                 prompt_ids.push(ids);
+            }
+            if prompt_ids.is_empty() {
+                return Err(ApiError::invalid_param("prompt", "`prompt` is empty."));
             }
             Ok(Prepared {
                 model: model.name.clone(),
@@ -136,13 +162,14 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
                     .first()
                     .map(|ids| block_hashes(ids, model.block_size))
                     .unwrap_or_default(),
-                max_tokens: req.max_tokens.unwrap_or(16).clamp(0, u32::MAX as i64) as u32,
+                max_tokens: checked.max_tokens.unwrap_or(COMPLETION_MAX_TOKENS),
                 priority: req.sampling.priority.unwrap_or(0),
                 prompt_ids,
             })
         }
         Route::Chat => {
             let req: ChatCompletionRequest = parse(body)?;
+            let checked = check_chat(&req, vocab_size, &defaults)?;
             let messages: Vec<TemplateMessage> = req
                 .messages
                 .iter()
@@ -174,15 +201,12 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
                     ApiError::invalid_param("messages", format!("The chat template failed: {e}"))
                 })?;
             let ids = encode(model, &text, false)?;
+            check_length(model, ids.len(), checked.max_tokens)?;
             Ok(Prepared {
                 model: model.name.clone(),
                 prompt_tokens: ids.len() as u32,
                 block_hashes: block_hashes(&ids, model.block_size),
-                max_tokens: req
-                    .max_completion_tokens
-                    .or(req.max_tokens)
-                    .unwrap_or(0)
-                    .clamp(0, u32::MAX as i64) as u32,
+                max_tokens: checked.max_tokens.unwrap_or(0),
                 priority: req.sampling.priority.unwrap_or(0),
                 prompt_ids: vec![ids],
             })
@@ -201,6 +225,7 @@ mod tests {
             tokenizer: builtin_tokenizer(),
             chat_template: None,
             block_size: 16,
+            max_model_len: Some(4096),
         }
     }
 

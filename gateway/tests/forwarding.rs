@@ -250,6 +250,7 @@ async fn gateway(instances: &[(&str, EngineKind)], flags: GatewayFlags) -> Strin
         tokenizer: builtin_tokenizer(),
         chat_template: None,
         block_size: 16,
+        max_model_len: None,
     };
     let gateway = flags
         .build(

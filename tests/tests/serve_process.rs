@@ -299,7 +299,86 @@ async fn bad_input_gets_an_openai_error_and_changes_nothing() {
             format!("{{\"prompt\": \"{}\"}}", "a".repeat(8192)).into_bytes(),
             413,
         ),
+        (
+            "negative temperature",
+            "/v1/completions",
+            br#"{"prompt": "x", "temperature": -1}"#.to_vec(),
+            400,
+        ),
+        (
+            "top_p of zero",
+            "/v1/chat/completions",
+            br#"{"messages": [{"role": "user", "content": "x"}], "top_p": 0}"#.to_vec(),
+            400,
+        ),
+        (
+            "no choices",
+            "/v1/completions",
+            br#"{"prompt": "x", "n": 0}"#.to_vec(),
+            400,
+        ),
+        (
+            "too many logprobs",
+            "/v1/completions",
+            br#"{"prompt": "x", "logprobs": 99}"#.to_vec(),
+            400,
+        ),
+        (
+            "top_logprobs without logprobs",
+            "/v1/chat/completions",
+            br#"{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}"#.to_vec(),
+            400,
+        ),
+        (
+            "penalty out of range",
+            "/v1/completions",
+            br#"{"prompt": "x", "presence_penalty": 3.5}"#.to_vec(),
+            400,
+        ),
+        (
+            "empty stop string",
+            "/v1/completions",
+            br#"{"prompt": "x", "stop": [""]}"#.to_vec(),
+            400,
+        ),
+        (
+            "token id outside the vocabulary",
+            "/v1/completions",
+            br#"{"prompt": [1, -5]}"#.to_vec(),
+            400,
+        ),
+        (
+            "max_tokens past the model's length",
+            "/v1/chat/completions",
+            br#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}"#.to_vec(),
+            400,
+        ),
     ];
+    // What placement and dispatch count: none of it moves for a request refused at the door.
+    let placement_counts = |metrics: &str| -> Vec<String> {
+        metrics
+            .lines()
+            .filter(|l| {
+                [
+                    "scheduler_scheduling_total",
+                    "scheduler_scheduling_failed_total",
+                    "scheduler_tracked_requests",
+                    "instance_lrs_",
+                    "gateway_current_requests",
+                ]
+                .iter()
+                .any(|p| l.starts_with(p))
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    let before = placement_counts(&metrics_text(&client, &base).await);
+    assert!(
+        before
+            .iter()
+            .any(|l| l.starts_with("scheduler_scheduling_total")),
+        "serve exports the scheduler's counters: {before:?}"
+    );
     for (name, path, body, status) in cases {
         let r = send(path, body).await.unwrap();
         assert_eq!(r.status().as_u16(), status, "{name}");
@@ -314,6 +393,11 @@ async fn bad_input_gets_an_openai_error_and_changes_nothing() {
     }
     let metrics = metrics_text(&client, &base).await;
     assert_eq!(metric_value(&metrics, "gateway_current_requests"), 0.0);
+    assert_eq!(
+        placement_counts(&metrics),
+        before,
+        "bad requests are refused before placement"
+    );
     let ok = send(
         "/v1/completions",
         br#"{"prompt": "fine", "max_tokens": 2}"#.to_vec(),

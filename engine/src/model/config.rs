@@ -255,6 +255,15 @@ pub struct GenerationDefaults {
 }
 
 impl GenerationDefaults {
+    /// The sampling defaults a request's fields fall back to.
+    pub fn sampling(&self) -> switchyard_protocol::openai::SamplingDefaults {
+        switchyard_protocol::openai::SamplingDefaults {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+        }
+    }
+
     /// Reads `dir/generation_config.json` if present.
     pub fn from_dir(dir: &Path) -> Result<Self, ModelError> {
         let path = dir.join("generation_config.json");

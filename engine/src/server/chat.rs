@@ -2,8 +2,7 @@
 
 use super::errors::{HttpError, OpenAiJson};
 use super::generation::{Generation, TokenLogprobs};
-use super::params::token_prompt;
-use super::params::{settle_max_tokens, validate, MAX_LOGPROBS};
+use super::params::GenerationParams;
 use super::{check_model, sse_response, wants_token_ids, Payload, RequestId, ResponseShape};
 use crate::chat_template::{TemplateInput, TemplateMessage};
 use crate::instance::Instance;
@@ -96,47 +95,13 @@ pub async fn chat_completions(
     OpenAiJson(req): OpenAiJson<ChatCompletionRequest>,
 ) -> Result<Response, HttpError> {
     let model = check_model(&instance, req.model.as_deref())?;
-    if let Some(format) = &req.response_format {
-        if format.kind != "text" {
-            return Err(ApiError::invalid_param(
-                "response_format",
-                format!(
-                    "`response_format` of type {:?} is not supported.",
-                    format.kind
-                ),
-            )
-            .into());
-        }
-    }
-    let top = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
-        (false, Some(_)) => {
-            return Err(ApiError::invalid_param(
-                "top_logprobs",
-                "`top_logprobs` needs `logprobs` set to true.",
-            )
-            .into())
-        }
-        (false, None) => None,
-        (true, n) => Some(n.unwrap_or(0)),
-    };
-    if let Some(n) = top {
-        if !(0..=MAX_LOGPROBS).contains(&n) {
-            return Err(ApiError::invalid_param(
-                "top_logprobs",
-                format!("`top_logprobs` must be between 0 and {MAX_LOGPROBS}."),
-            )
-            .into());
-        }
-    }
     let tok = instance.tokenizer.clone();
-    let params = validate(
-        &req.sampling,
-        req.max_completion_tokens.or(req.max_tokens),
-        top,
+    let checked = check_chat(
+        &req,
         tok.vocab_size(),
-        tok.eos_token_ids(),
-        &instance.generation_defaults,
+        &instance.generation_defaults.sampling(),
     )?;
+    let params = GenerationParams::from_checked(checked, &req.sampling, tok.eos_token_ids());
     let add_generation_prompt =
         req.add_generation_prompt.unwrap_or(true) && !req.continue_final_message.unwrap_or(false);
     let prompt = match &req.prompt_token_ids {

@@ -2,7 +2,7 @@
 
 use super::errors::{HttpError, OpenAiJson};
 use super::generation::{Generation, TokenLogprobs};
-use super::params::{settle_max_tokens, token_prompt, validate};
+use super::params::GenerationParams;
 use super::{check_model, sse_response, wants_token_ids, Payload, RequestId, ResponseShape};
 use crate::instance::Instance;
 use axum::extract::State;
@@ -23,27 +23,13 @@ pub async fn completions(
     OpenAiJson(req): OpenAiJson<CompletionRequest>,
 ) -> Result<Response, HttpError> {
     let model = check_model(&instance, req.model.as_deref())?;
-    if req.suffix.is_some() {
-        return Err(ApiError::invalid_param("suffix", "`suffix` is not supported.").into());
-    }
     let tok = instance.tokenizer.clone();
-    let params = validate(
-        &req.sampling,
-        req.max_tokens,
-        req.logprobs,
+    let checked = check_completion(
+        &req,
         tok.vocab_size(),
-        tok.eos_token_ids(),
-        &instance.generation_defaults,
+        &instance.generation_defaults.sampling(),
     )?;
-    if let Some(best_of) = req.best_of {
-        if best_of != params.n as i64 {
-            return Err(ApiError::invalid_param(
-                "best_of",
-                "Only `best_of` equal to `n` is supported.",
-            )
-            .into());
-        }
-    }
+    let params = GenerationParams::from_checked(checked, &req.sampling, tok.eos_token_ids());
     let mut prompts = Vec::new();
     for input in req.prompt.into_inputs() {
         let ids = match input {

@@ -236,8 +236,9 @@ async fn detokenize(
     OpenAiJson(req): OpenAiJson<DetokenizeRequest>,
 ) -> Result<Json<DetokenizeResponse>, HttpError> {
     check_model(&instance, req.model.as_deref())?;
-    let ids = params::token_prompt(&req.tokens, instance.tokenizer.vocab_size())
-        .map_err(|e| e.with_param("tokens"))?;
+    let ids =
+        switchyard_protocol::openai::token_prompt(&req.tokens, instance.tokenizer.vocab_size())
+            .map_err(|e| e.with_param("tokens"))?;
     Ok(Json(DetokenizeResponse {
         prompt: instance.tokenizer.decode(&ids, false),
     }))

@@ -9,6 +9,7 @@ pub mod completions;
 pub mod error;
 pub mod models;
 pub mod tokenize;
+pub mod validate;
 
 pub use chat::*;
 pub use common::*;
@@ -16,3 +17,4 @@ pub use completions::*;
 pub use error::*;
 pub use models::*;
 pub use tokenize::*;
+pub use validate::*;
