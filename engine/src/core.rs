@@ -335,6 +335,7 @@ impl EngineCore {
                 sample_info.decode_batch += 1;
             } else {
                 sample_info.prefill_tokens += n as u32;
+                sample_info.prefill_attention += StepSample::attention_of(before as u64, n as u64);
             }
             self.sched.register_computed_blocks(id, &mut self.pool);
             let (true, Some(logits)) = (entry.sample, logits) else {

@@ -14,8 +14,22 @@ pub struct StepSample {
     pub decode_batch: u32,
     /// Tokens of context attended over by all sequences in the step.
     pub context_tokens: u64,
+    /// Token pairs the step's prompt tokens attend over: for each prefill chunk of `n` tokens
+    /// after `start` computed ones, `n * start + n * (n + 1) / 2`. Attention's quadratic share
+    /// of a long prompt's compute (0 from engines that do not say).
+    #[serde(default)]
+    pub prefill_attention: u64,
     /// How long the step took, in seconds.
     pub step_seconds: f64,
+}
+
+impl StepSample {
+    /// The token pairs that `n` prompt tokens after `start` computed ones attend over (see
+    /// [`StepSample::prefill_attention`]).
+    pub fn attention_of(start: u64, n: u64) -> u64 {
+        n.saturating_mul(start)
+            .saturating_add(n.saturating_mul(n + 1) / 2)
+    }
 }
 
 /// The engine's state after a step.

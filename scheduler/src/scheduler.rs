@@ -585,6 +585,7 @@ fn measured_prefill_seconds(fit: &StepTimeFit, steps: &[StepSample]) -> f64 {
                 0.0,
                 s.decode_batch as f64,
                 (s.context_tokens as f64 - prefill).max(0.0),
+                0.0,
             );
             (s.step_seconds - decode_only).clamp(0.0, s.step_seconds.max(0.0))
         })
@@ -636,6 +637,9 @@ fn candidate_metrics(
     };
     let shape = QueueShape {
         prefill_ahead: all_prefill,
+        // The engine's waiting prompts, the one it is computing, and those on their way.
+        prompts_ahead: (s.num_waiting + inflight.requests) as f64
+            + f64::from(u8::from(s.running_prefill_tokens > 0)),
         own_prefill: uncached,
         decode_batch,
         decode_context: s.decode_tokens as f64,
@@ -645,7 +649,7 @@ fn candidate_metrics(
         output_tokens: ask.output,
     };
     m.predicted_ttft = predict_ttft(fit, &shape);
-    m.prefill_seconds = prefill_seconds(fit, uncached);
+    m.prefill_seconds = prefill_seconds(fit, uncached, shape.own_attention());
     // By the time the request decodes, the requests queued ahead of it decode beside it.
     let tpot = predict_tpot(
         fit,

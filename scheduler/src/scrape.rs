@@ -201,6 +201,7 @@ pub fn status_from_metrics(
                 prefill_tokens: 0,
                 decode_batch: running as u32,
                 context_tokens: status.used_kv_tokens,
+                prefill_attention: 0,
                 step_seconds: d_sum / d_count,
             });
         }

@@ -90,6 +90,7 @@ mod tests {
             prefill_tokens: prefill,
             decode_batch: 1,
             context_tokens: prefill as u64,
+            prefill_attention: StepSample::attention_of(0, prefill as u64),
             step_seconds: seconds,
         }
     }
@@ -110,7 +111,7 @@ mod tests {
         assert_eq!(samples(&fits, "a"), 3);
         assert_eq!(samples(&fits, "b"), 3, "b shares a's fit");
         assert_eq!(samples(&fits, "c"), 2);
-        assert!(fits.of("c").unwrap().step_seconds(1500.0, 1.0, 1500.0) > 0.1);
+        assert!(fits.of("c").unwrap().step_seconds(1500.0, 1.0, 1500.0, 0.0) > 0.1);
         assert!(fits.of("unknown").is_none());
 
         fits.remove("a");

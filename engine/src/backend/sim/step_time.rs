@@ -74,11 +74,12 @@ impl StepTimeModel {
         memory_seconds.max(compute_seconds) + STEP_OVERHEAD_SECONDS
     }
 
-    /// Modelled steps over a grid of prefill sizes, decode batches and contexts, for a latency
-    /// predictor to start from. Decoding sequences share the context evenly.
+    /// Modelled steps over a grid of prefill chunks (a prompt's start, or a chunk deep into a
+    /// long one), decode batches and contexts, for a latency predictor to start from. Decoding
+    /// sequences share the context evenly.
     pub fn prior_samples(&self) -> Vec<StepSample> {
         let mut samples = Vec::new();
-        for prefill in [0u64, 256, 1024, 4096] {
+        for (start, prefill) in [(0u64, 0u64), (0, 256), (0, 1024), (0, 4096), (16_384, 4096)] {
             for decode in [0u64, 8, 64, 256] {
                 for per_seq_context in [256u64, 4096] {
                     if prefill == 0 && decode == 0 {
@@ -86,12 +87,13 @@ impl StepTimeModel {
                     }
                     let mut spans = vec![(per_seq_context, 1, true); decode as usize];
                     if prefill > 0 {
-                        spans.push((0, prefill, true));
+                        spans.push((start, prefill, true));
                     }
                     samples.push(StepSample {
                         prefill_tokens: prefill as u32,
                         decode_batch: decode as u32,
-                        context_tokens: decode * (per_seq_context + 1) + prefill,
+                        context_tokens: decode * (per_seq_context + 1) + start + prefill,
+                        prefill_attention: StepSample::attention_of(start, prefill),
                         step_seconds: self.seconds_for(&spans),
                     });
                 }
