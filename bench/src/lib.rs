@@ -17,6 +17,7 @@ pub mod runner;
 pub mod sim;
 pub mod stats;
 pub mod suite;
+pub mod suite_args;
 pub mod text;
 pub mod workload;
 pub mod workload_args;

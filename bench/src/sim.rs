@@ -4,7 +4,7 @@
 use crate::cluster::{Cluster, ClusterConfig};
 use crate::report::{markdown, progress_bar, write_results, RunResult};
 use crate::stats::{summarize, Slo};
-use crate::suite::SuiteArgs;
+use crate::suite_args::SuiteArgs;
 use crate::text::Words;
 use crate::workload_args::WorkloadArgs;
 use std::path::PathBuf;
@@ -112,11 +112,8 @@ impl SimArgs {
     }
 }
 
-/// Runs `switchyard sim`.
+/// Runs `switchyard sim` (without `--suite`, which is [`crate::suite::run_suite`]'s).
 pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
-    if args.suite.suite {
-        return crate::suite::run_suite(&args);
-    }
     let policies = args.policies(&[SchedulerConfig::default().policy])?;
     let w = &args.workload;
     let words = Words::builtin();

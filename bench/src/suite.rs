@@ -15,6 +15,7 @@ use crate::cluster::{Cluster, GiveUp};
 use crate::report::{plots, RunResult};
 use crate::sim::SimArgs;
 use crate::stats::{summarize, Slo};
+use crate::suite_args::SuiteArgs;
 use crate::text::Words;
 use crate::workload::agentic::{self, Agentic};
 use crate::workload::long_context::{self, LongContext};
@@ -24,7 +25,7 @@ use crate::workload_args::WorkloadArgs;
 use indicatif::ProgressBar;
 use rayon::prelude::*;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::SchedulerConfig;
 use switchyard_text::tokenizer::Tokenizer;
@@ -40,35 +41,6 @@ const DEFAULT_SLO: Slo = Slo {
     ttft_ms: Some(1000.0),
     tpot_ms: Some(50.0),
 };
-
-/// The suite's own flags (the cluster's come from `switchyard sim`).
-#[derive(Debug, Clone, clap::Args)]
-pub struct SuiteArgs {
-    /// Run the placement policy suite: every policy (or those of --policy) on every workload,
-    /// each at its highest rate inside the SLOs and at shares of its saturation (SLOs from
-    /// --slo-ttft and --slo-tpot, default 1000 and 50 ms).
-    #[arg(long)]
-    pub suite: bool,
-    /// Folder of the public traces (`mooncake/*.jsonl`, `azure2023/*.csv`); a trace that is not
-    /// there is skipped, with a note.
-    #[arg(long, default_value = "../shared/traces")]
-    pub suite_traces: PathBuf,
-    /// Virtual seconds each run's arrivals span (a trace's first requests, or a generator's
-    /// sessions, enough for that at the rate tried), so that a rate past saturation shows as a
-    /// growing queue rather than as one burst that drains.
-    #[arg(long, default_value_t = 60.0, value_parser = parse_positive)]
-    pub suite_seconds: f64,
-    /// Fewest requests of a run.
-    #[arg(long, default_value_t = 1000)]
-    pub suite_requests: usize,
-    /// Only these workloads of the suite, by name, comma-separated.
-    #[arg(long, value_delimiter = ',')]
-    pub suite_only: Vec<String>,
-    /// One more workload, as --workload names it (`mooncake:PATH`, `azure:PATH`, `agentic`, ...);
-    /// repeatable. Its --workload flags (seed, sizes) apply.
-    #[arg(long = "suite-add")]
-    pub suite_add: Vec<String>,
-}
 
 /// Makes a workload's requests for a mean request rate.
 type MakeRequests = Box<dyn Fn(f64) -> Vec<BenchRequest> + Send + Sync>;
@@ -236,14 +208,6 @@ pub fn workloads(
         }
     }
     Ok((out, notes))
-}
-
-/// Parses a positive, finite number.
-fn parse_positive(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a positive number")),
-    }
 }
 
 /// One policy on one workload: its highest rate inside the SLOs and its sweep.

@@ -86,6 +86,7 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(switchyard_engine::launcher::run(listen, engine))
         }
         Command::Bench(args) => runtime.block_on(switchyard_bench::live::run_bench(args)),
+        Command::Sim(args) if args.suite.suite => switchyard_bench::suite::run_suite(&args),
         Command::Sim(args) => switchyard_bench::sim::run_sim(args),
         Command::Forward(args) => switchyard_engine::forward_check::run(args),
         Command::CudaKernels { arch } => {

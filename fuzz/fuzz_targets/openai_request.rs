@@ -6,8 +6,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use std::sync::{Arc, OnceLock};
-use switchyard_gateway::preprocess::{prepare, read_body, Route, ServedModel};
-use switchyard_gateway::upstream::{Resume, UpstreamRequest};
+use switchyard_gateway::front::preprocess::{prepare, read_body};
+use switchyard_gateway::shared::{Route, ServedModel};
+use switchyard_gateway::upstream::engine_request::{Resume, UpstreamRequest};
 use switchyard_protocol::schedule::EngineKind;
 use switchyard_text::chat_template::{ChatTemplate, CHATML_TEMPLATE};
 use switchyard_text::tokenizer::builtin_tokenizer;

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use switchyard_gateway::http1_client::decode_answer;
+use switchyard_gateway::upstream::http1_client::decode_answer;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&piece, wire)) = data.split_first() else {

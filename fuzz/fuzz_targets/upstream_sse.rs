@@ -4,10 +4,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use switchyard_gateway::assemble::Assembler;
-use switchyard_gateway::chunk::{ChunkView, HeadKept};
-use switchyard_gateway::preprocess::Route;
-use switchyard_gateway::sse::SseSplitter;
+use switchyard_gateway::relay::assemble::Assembler;
+use switchyard_gateway::relay::chunk::{ChunkView, HeadKept};
+use switchyard_gateway::shared::Route;
+use switchyard_http::sse::SseSplitter;
 
 fn events(pieces: &[&[u8]]) -> Vec<(Option<Vec<u8>>, Vec<u32>)> {
     let mut splitter = SseSplitter::default();

@@ -1,19 +1,20 @@
 //! `switchyard gateway --scheduler URL`: the gateway as its own process, asking a remote
 //! scheduler, with the served model's tokenizer and chat template loaded here.
 
-use crate::admission::{Admission, AdmissionArgs};
-use crate::forward::{ForwardSettings, Forwarder};
-use crate::local::LocalEngines;
+use crate::front::admission::{Admission, AdmissionArgs};
+use crate::front::routes::{self, RouteTable, Routes};
+use crate::front::server::{router, Gateway};
 use crate::metrics::GatewayMetrics;
-use crate::preprocess::ServedModel;
-use crate::routes::{self, RouteTable, Routes};
-use crate::scheduler_client::{RemoteScheduler, SchedulerClient};
-use crate::server::{router, Gateway};
+use crate::shared::ServedModel;
+use crate::upstream::forward::{ForwardSettings, Forwarder};
+use crate::upstream::local::LocalEngines;
+use crate::upstream::scheduler_client::{RemoteScheduler, SchedulerClient};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use switchyard_scheduler::service::{AdminArgs, SchedulerService};
+use switchyard_http::admin::AdminArgs;
+use switchyard_protocol::schedule::ScheduleApi;
 use switchyard_text::chat_template::{ChatTemplate, CHATML_TEMPLATE};
 use switchyard_text::model_files::load_tokenizer_and_template;
 use switchyard_text::tokenizer::{builtin_tokenizer, BUILTIN_MODEL_NAME};
@@ -126,7 +127,7 @@ impl GatewayFlags {
         models: Vec<ServedModel>,
         scheduler: SchedulerClient,
         gateway_id: String,
-        in_process_scheduler: Option<Arc<SchedulerService>>,
+        in_process_scheduler: Option<Arc<dyn ScheduleApi>>,
         local: LocalEngines,
     ) -> anyhow::Result<Arc<Gateway>> {
         let pool: Vec<String> = models.iter().map(|m| m.name.clone()).collect();

@@ -1,28 +1,20 @@
-//! switchyard-gateway: the OpenAI front door.
+//! switchyard-gateway: the OpenAI front door, in three wings over one floor.
 //!
-//! A request is parsed and validated, its prompt rendered and tokenized with the served model's
-//! tokenizer, and its block hashes computed ([`preprocess`]); the scheduler picks an instance;
-//! the request is forwarded there and the answer relayed back as it arrives, after which the
-//! dispatch is released ([`forward`]). [`observe`] watches the relayed tokens and [`metrics`]
-//! counts it all; [`server`] wires the routes.
+//! - [`front`]: a request arrives, is admitted, checked, tokenized and hashed, and given a plan
+//!   (pool or external endpoints, fallbacks, a mirror).
+//! - [`upstream`]: the scheduler picks an instance, the request is sent there, retried elsewhere
+//!   or falls back when it fails before its first byte.
+//! - [`relay`]: the answer streams back (resumed elsewhere if its instance breaks), or is
+//!   assembled whole; what the client saw is measured and the dispatch released.
+//! - [`shared`]: the types the wings share. [`metrics`] counts it all; [`launcher`] starts a
+//!   gateway from its flags.
+//!
+//! Dependencies point down: front uses upstream and relay, relay uses upstream, and all of them
+//! the floor; nothing below imports what is above it.
 
-pub mod admission;
-pub mod answer;
-pub mod assemble;
-pub mod breaker;
-pub mod chunk;
-pub mod forward;
-pub mod guarded_body;
-pub mod http1_client;
+pub mod front;
 pub mod launcher;
-pub mod local;
 pub mod metrics;
-pub mod observe;
-pub mod preprocess;
-pub mod raw_object;
 pub mod relay;
-pub mod routes;
-pub mod scheduler_client;
-pub mod server;
-pub mod slots;
+pub mod shared;
 pub mod upstream;

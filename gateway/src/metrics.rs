@@ -386,7 +386,7 @@ impl GatewayMetrics {
     }
 
     /// The breakers that are not closed now.
-    pub fn set_breakers(&self, states: &[(String, crate::breaker::BreakerState)]) {
+    pub fn set_breakers(&self, states: &[(String, crate::shared::BreakerState)]) {
         self.breakers.reset();
         for (instance, state) in states {
             self.breakers

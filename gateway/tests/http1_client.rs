@@ -10,8 +10,8 @@ use futures::StreamExt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use switchyard_gateway::answer::Answer;
-use switchyard_gateway::http1_client::Http1Client;
+use switchyard_gateway::upstream::answer::Answer;
+use switchyard_gateway::upstream::http1_client::Http1Client;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn client() -> Arc<Http1Client> {

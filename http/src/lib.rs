@@ -5,13 +5,19 @@
 //! buffer are refused with 431, and a failed `accept` (out of file descriptors) backs off
 //! instead of spinning. A connection that wakes itself while it is polled (hyper's request body
 //! does, on every request) is polled again in place rather than handed to another worker.
-//! [`sse`] splits the server-sent event streams switchyard's processes read from each other.
+//! [`sse`] splits the server-sent event streams switchyard's processes read from each other;
+//! [`error_response`] is the one way an OpenAI error becomes a response, and [`request_id`] the
+//! one rule for request ids; [`admin`] puts the admin endpoints behind their key.
 
+pub mod admin;
 mod answer_panics;
+mod api_error;
 mod poll_in_place;
+pub mod request_id;
 pub mod sse;
 
 pub use answer_panics::answer_panics;
+pub use api_error::error_response;
 
 use poll_in_place::PollInPlace;
 

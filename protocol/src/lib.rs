@@ -7,7 +7,9 @@
 //! - [`kv_events`]: the prefix-cache events an engine pushes to the scheduler's index.
 //! - [`schedule`]: the schedule API between gateway and scheduler.
 //! - [`secret`]: API keys, compared in constant time and never printed.
+//! - [`clock`]: the Unix-time clock the processes share.
 
+pub mod clock;
 pub mod engine_state;
 pub mod hashing;
 pub mod kv_events;

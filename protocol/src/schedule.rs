@@ -212,6 +212,20 @@ pub struct GatewayHeartbeat {
     pub gateway: String,
 }
 
+/// What a gateway needs of a scheduler running in its own process (`switchyard serve`): placing
+/// and releasing requests, and the scheduler's metrics and instance list to serve beside its own.
+/// A remote scheduler is reached over HTTP with the types above instead.
+pub trait ScheduleApi: Send + Sync {
+    /// Places a request; the error is the one its client gets.
+    fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, crate::openai::ApiError>;
+    /// Forgets a request's dispatch; `observed` is what its client saw, if it finished.
+    fn release(&self, request_id: &str, observed: &Observed, gateway: Option<&str>);
+    /// The scheduler's metrics, in Prometheus' text format.
+    fn render_metrics(&self) -> String;
+    /// Its instances, as `GET /v1/instances` lists them.
+    fn instances(&self) -> serde_json::Value;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,13 +4,13 @@
 use crate::policy::Policy;
 use crate::score::Slos;
 use crate::service::{
-    first_statuses, parse_entry, router, run_discovery, AdminArgs, Discovery, FollowSettings,
-    SchedulerService,
+    first_statuses, parse_entry, router, run_discovery, Discovery, FollowSettings, SchedulerService,
 };
 use crate::{Scheduler, SchedulerConfig};
 use anyhow::Context;
 use std::sync::Arc;
 use std::time::Duration;
+use switchyard_http::admin::AdminArgs;
 
 /// How long the server waits, once stopped, for answers still being written.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);

@@ -493,15 +493,25 @@ fn a_model_can_have_its_own_policy() {
 fn an_engine_profile_is_the_prior_until_real_steps_arrive() {
     use switchyard_protocol::engine_state::StepSample;
     // A slow engine: 50 ms per step plus 1 ms per prefill token.
-    let prior: Vec<StepSample> = [(0u32, 8u32), (512, 0), (2048, 8), (4096, 64)]
-        .iter()
-        .map(|&(prefill, decode)| StepSample {
-            prefill_tokens: prefill,
-            decode_batch: decode,
-            context_tokens: prefill as u64,
-            step_seconds: 0.05 + 0.001 * prefill as f64,
-        })
-        .collect();
+    let prior: Vec<StepSample> = [
+        (0u32, 8u32),
+        (512, 0),
+        (2048, 8),
+        (4096, 64),
+        (1024, 0),
+        (3072, 8),
+        (256, 64),
+        (1536, 0),
+    ]
+    .iter()
+    .map(|&(prefill, decode)| StepSample {
+        prefill_tokens: prefill,
+        decode_batch: decode,
+        context_tokens: prefill as u64,
+        prefill_attention: StepSample::attention_of(0, prefill as u64),
+        step_seconds: 0.05 + 0.001 * prefill as f64,
+    })
+    .collect();
     let mut s = Scheduler::new(
         SchedulerConfig {
             policy: Policy::Predictive,
@@ -536,7 +546,8 @@ fn an_engine_profile_is_the_prior_until_real_steps_arrive() {
 
 #[test]
 fn a_placement_request_releases_what_it_carries_first() {
-    use switchyard_scheduler::service::{unix_now, ScheduleApi, SchedulerService};
+    use switchyard_protocol::clock::unix_now;
+    use switchyard_scheduler::service::SchedulerService;
     let mut s = cluster(Policy::LeastRequests, 1);
     s.on_status("i0", idle(), unix_now());
     let service = SchedulerService::new(s, false).unwrap();
@@ -559,6 +570,10 @@ fn predictive_spreads_short_requests_over_idle_instances_one_of_them_new() {
         prefill_tokens: prefill,
         decode_batch: 1,
         context_tokens: 200,
+        prefill_attention: switchyard_protocol::engine_state::StepSample::attention_of(
+            0,
+            prefill as u64,
+        ),
         step_seconds: 0.003,
     };
     // i0 has served requests; i1 just (re)started.

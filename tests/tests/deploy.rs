@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use switchyard_gateway::routes::RouteTable;
+use switchyard_gateway::front::routes::RouteTable;
 use switchyard_tests::python_has;
 
 fn kubectl_present() -> bool {

@@ -2,7 +2,7 @@
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use switchyard_protocol::openai::ApiError;
@@ -19,15 +19,7 @@ impl From<ApiError> for HttpError {
 
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
-        let status =
-            StatusCode::from_u16(self.0.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut response = (status, axum::Json(self.0.body)).into_response();
-        if let Some(seconds) = self.0.retry_after {
-            response
-                .headers_mut()
-                .insert("retry-after", HeaderValue::from(seconds));
-        }
-        response
+        switchyard_http::error_response(self.0)
     }
 }
 

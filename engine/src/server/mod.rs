@@ -20,10 +20,8 @@ use axum::{Json, Router};
 use errors::{BodyLimit, HttpError, OpenAiJson};
 use sse::{sse_response, Payload};
 use std::sync::Arc;
+use switchyard_http::request_id::X_REQUEST_ID;
 use switchyard_protocol::openai::*;
-
-/// Longest `x-request-id` accepted.
-const MAX_REQUEST_ID_LEN: usize = 256;
 
 /// The routes of one engine instance.
 pub fn router(instance: Arc<Instance>) -> Router {
@@ -64,24 +62,14 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestId {
 
 /// Honours a valid `x-request-id` or makes one, and echoes it on the response.
 async fn request_id(mut req: Request, next: Next) -> Response {
-    let id = match req.headers().get("x-request-id") {
-        None => format!("{:032x}", rand::random::<u128>()),
-        Some(value) => match value.to_str() {
-            Ok(s) if !s.is_empty() && s.len() <= MAX_REQUEST_ID_LEN && s.bytes().all(|b| b.is_ascii_graphic()) => {
-                s.to_string()
-            }
-            _ => {
-                return HttpError(ApiError::invalid_request(format!(
-                    "`x-request-id` must be 1 to {MAX_REQUEST_ID_LEN} printable ASCII characters without spaces."
-                )))
-                .into_response()
-            }
-        },
+    let id = match switchyard_http::request_id::request_id(req.headers().get(X_REQUEST_ID)) {
+        Ok(id) => id,
+        Err(e) => return HttpError(e).into_response(),
     };
     req.extensions_mut().insert(RequestId(id.clone()));
     let mut response = next.run(req).await;
     if let Ok(value) = HeaderValue::from_str(&id) {
-        response.headers_mut().insert("x-request-id", value);
+        response.headers_mut().insert(X_REQUEST_ID, value);
     }
     response
 }
@@ -157,7 +145,7 @@ impl ResponseShape {
 
 /// Unix seconds now, for `created`.
 fn unix_seconds() -> u64 {
-    crate::instance::unix_now() as u64
+    switchyard_protocol::clock::unix_now() as u64
 }
 
 /// Whether a request asked for token ids in its stream ([`switchyard_protocol::TOKEN_IDS_HEADER`]).

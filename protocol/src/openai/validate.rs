@@ -140,6 +140,46 @@ pub fn check_fields(
             ))
         }
     };
+    let (stop_token_ids, logit_bias) = check_token_ids(f, vocab_size)?;
+    let stop_strings = check_stop_strings(f)?;
+    let stream = f.stream.unwrap_or(false);
+    let options = f.stream_options.clone().unwrap_or_default();
+    if f.stream_options.is_some() && !stream {
+        return Err(ApiError::invalid_param(
+            "stream_options",
+            "`stream_options` is only allowed when `stream` is true.",
+        ));
+    }
+    Ok(CheckedFields {
+        temperature,
+        top_p,
+        top_k,
+        min_p,
+        presence_penalty,
+        frequency_penalty,
+        repetition_penalty,
+        logit_bias,
+        logprobs,
+        n: n as usize,
+        max_tokens,
+        min_tokens,
+        stop_token_ids,
+        stop_strings,
+        seed: f.seed.map(|s| s as u64),
+        stream,
+        include_usage: options.include_usage.unwrap_or(false),
+        continuous_usage: options.continuous_usage_stats.unwrap_or(false),
+    })
+}
+
+/// Logit biases by token id.
+type LogitBias = Vec<(u32, f32)>;
+
+/// The stop token ids and logit biases of `f`, each id inside a vocabulary of `vocab_size`.
+fn check_token_ids(
+    f: &SamplingFields,
+    vocab_size: usize,
+) -> Result<(Vec<u32>, LogitBias), ApiError> {
     let token_id = |param: &str, id: i64| -> Result<u32, ApiError> {
         if id < 0 || id as u64 >= vocab_size as u64 {
             Err(ApiError::invalid_param(
@@ -173,6 +213,11 @@ pub fn check_fields(
             Ok((token_id("logit_bias", id)?, bias))
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
+    Ok((stop_token_ids, logit_bias))
+}
+
+/// The stop strings of `f`: not too many, none empty or too long.
+fn check_stop_strings(f: &SamplingFields) -> Result<Vec<String>, ApiError> {
     let stop_strings = f.stop.clone().map(|s| s.into_vec()).unwrap_or_default();
     if stop_strings.len() > MAX_STOP_STRINGS {
         return Err(ApiError::invalid_param(
@@ -195,34 +240,7 @@ pub fn check_fields(
             format!("A stop string may have at most {MAX_STOP_STRING_CHARS} characters."),
         ));
     }
-    let stream = f.stream.unwrap_or(false);
-    let options = f.stream_options.clone().unwrap_or_default();
-    if f.stream_options.is_some() && !stream {
-        return Err(ApiError::invalid_param(
-            "stream_options",
-            "`stream_options` is only allowed when `stream` is true.",
-        ));
-    }
-    Ok(CheckedFields {
-        temperature,
-        top_p,
-        top_k,
-        min_p,
-        presence_penalty,
-        frequency_penalty,
-        repetition_penalty,
-        logit_bias,
-        logprobs,
-        n: n as usize,
-        max_tokens,
-        min_tokens,
-        stop_token_ids,
-        stop_strings,
-        seed: f.seed.map(|s| s as u64),
-        stream,
-        include_usage: options.include_usage.unwrap_or(false),
-        continuous_usage: options.continuous_usage_stats.unwrap_or(false),
-    })
+    Ok(stop_strings)
 }
 
 /// A model's own defaults for fields a request leaves out (its `generation_config.json`).

@@ -1,12 +1,14 @@
 //! The scheduler's HTTP API.
 
-use super::{admin_only, ScheduleApi, SchedulerService};
+use super::SchedulerService;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use std::sync::Arc;
+use switchyard_http::admin::admin_only;
+use switchyard_http::error_response;
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{
     GatewayHeartbeat, ReleaseRequest, ReportRequest, ScheduleRequest,
@@ -27,11 +29,6 @@ pub fn router(service: Arc<SchedulerService>, admin_key: Option<Secret>) -> Rout
         .with_state(service)
 }
 
-fn error(e: ApiError) -> Response {
-    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, Json(e.body)).into_response()
-}
-
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid_request(format!("Invalid JSON body: {e}")))
@@ -43,11 +40,11 @@ async fn schedule(
 ) -> Response {
     let req: ScheduleRequest = match parse(&body) {
         Ok(r) => r,
-        Err(e) => return error(e),
+        Err(e) => return error_response(e),
     };
     match service.schedule(&req) {
         Ok(decision) => Json(decision).into_response(),
-        Err(e) => error(ApiError::unavailable(e.to_string()).with_code(e.label())),
+        Err(e) => error_response(ApiError::unavailable(e.to_string()).with_code(e.label())),
     }
 }
 
@@ -66,7 +63,7 @@ async fn release(
             }
             StatusCode::OK.into_response()
         }
-        Err(e) => error(e),
+        Err(e) => error_response(e),
     }
 }
 
@@ -84,7 +81,7 @@ async fn report(State(service): State<Arc<SchedulerService>>, body: axum::body::
             service.report(&r.request_id, r.tokens_so_far, r.gateway.as_deref());
             StatusCode::OK.into_response()
         }
-        Err(e) => error(e),
+        Err(e) => error_response(e),
     }
 }
 
@@ -97,7 +94,7 @@ async fn heartbeat(
             service.heartbeat(&h.gateway);
             StatusCode::OK.into_response()
         }
-        Err(e) => error(e),
+        Err(e) => error_response(e),
     }
 }
 

@@ -1,13 +1,11 @@
 //! The scheduler as a running service: the core behind a lock, fed by instance sources, answering
 //! the gateway over HTTP or in process, with its Prometheus metrics.
 
-mod admin;
 mod discovery;
 mod http;
 mod metrics;
 mod sources;
 
-pub use admin::{admin_only, AdminArgs};
 pub use discovery::{
     first_statuses, kind_name, parse_entry, run_discovery, Discovery, FollowSettings,
 };
@@ -18,30 +16,12 @@ pub use sources::{probe_model, scrape_instance, watch_switchyard_instance};
 use crate::cms::InstanceMeta;
 use crate::scheduler::{InstanceView, Lap, ScheduleError, Scheduler};
 use std::sync::Mutex;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
+use switchyard_protocol::clock::unix_now;
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::kv_events::{KvEvent, StoredBlock};
-use switchyard_protocol::schedule::{Observed, ScheduleDecision, ScheduleRequest};
-
-/// Unix time in seconds: the clock the service runs the scheduler on.
-pub fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or_default()
-}
-
-/// The operations a gateway needs from a scheduler, in process (`switchyard serve`) or over HTTP.
-pub trait ScheduleApi: Send + Sync {
-    /// Places a request.
-    fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ScheduleError>;
-    /// Forgets a request's dispatch; `observed` is what its client saw, if it finished.
-    fn release(&self, request_id: &str, observed: &Observed, gateway: Option<&str>);
-    /// Progress of a request.
-    fn report(&self, request_id: &str, tokens_so_far: u32, gateway: Option<&str>);
-    /// A gateway is alive.
-    fn heartbeat(&self, gateway: &str);
-}
+use switchyard_protocol::openai::ApiError;
+use switchyard_protocol::schedule::{Observed, ScheduleApi, ScheduleDecision, ScheduleRequest};
 
 /// A scheduler shared by the HTTP handlers, the instance sources and in-process gateways.
 pub struct SchedulerService {
@@ -142,8 +122,9 @@ impl SchedulerService {
     }
 }
 
-impl ScheduleApi for SchedulerService {
-    fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ScheduleError> {
+impl SchedulerService {
+    /// Places a request (first forgetting the dispatches it carries as released).
+    pub fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ScheduleError> {
         let started = Instant::now();
         let mut core = self.core();
         for released in &req.released {
@@ -168,7 +149,8 @@ impl ScheduleApi for SchedulerService {
         result.map(|p| p.decision)
     }
 
-    fn release(&self, request_id: &str, observed: &Observed, gateway: Option<&str>) {
+    /// Forgets a request's dispatch; `observed` is what its client saw, if it finished.
+    pub fn release(&self, request_id: &str, observed: &Observed, gateway: Option<&str>) {
         let mut core = self.core();
         if let Some(g) = gateway {
             core.gateway_seen(g, unix_now());
@@ -178,7 +160,8 @@ impl ScheduleApi for SchedulerService {
         self.metrics.on_prediction_errors(&errors);
     }
 
-    fn report(&self, request_id: &str, tokens_so_far: u32, gateway: Option<&str>) {
+    /// Progress of a request.
+    pub fn report(&self, request_id: &str, tokens_so_far: u32, gateway: Option<&str>) {
         let mut core = self.core();
         if let Some(g) = gateway {
             core.gateway_seen(g, unix_now());
@@ -186,7 +169,30 @@ impl ScheduleApi for SchedulerService {
         core.report(request_id, tokens_so_far);
     }
 
-    fn heartbeat(&self, gateway: &str) {
+    /// A gateway is alive.
+    pub fn heartbeat(&self, gateway: &str) {
         self.core().gateway_seen(gateway, unix_now());
+    }
+}
+
+/// The scheduler as a gateway in the same process (`switchyard serve`) sees it.
+impl ScheduleApi for SchedulerService {
+    fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ApiError> {
+        SchedulerService::schedule(self, req).map_err(|e| {
+            ApiError::unavailable(format!("No instance can take the request: {e}."))
+                .with_code(e.label())
+        })
+    }
+
+    fn release(&self, request_id: &str, observed: &Observed, gateway: Option<&str>) {
+        SchedulerService::release(self, request_id, observed, gateway);
+    }
+
+    fn render_metrics(&self) -> String {
+        SchedulerService::render_metrics(self)
+    }
+
+    fn instances(&self) -> serde_json::Value {
+        serde_json::to_value(SchedulerService::instances(self)).unwrap_or_default()
     }
 }

@@ -1,8 +1,8 @@
 //! Watching a relayed answer pass by, without holding it back, to measure what the client sees:
 //! time to first token, the gaps between tokens, time per output token and output tokens.
 
-use crate::chunk::ChunkView;
 use crate::metrics::GatewayMetrics;
+use crate::relay::chunk::ChunkView;
 use std::sync::Arc;
 use std::time::Instant;
 use switchyard_protocol::schedule::Observed;

@@ -18,6 +18,7 @@
 //! }
 //! ```
 
+use crate::shared::{Endpoint, Plan, Target};
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -26,49 +27,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::secret::Secret;
-
-/// An external OpenAI-compatible endpoint.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Endpoint {
-    /// Its name in the config.
-    pub name: String,
-    /// Base URL, without `/v1/...`.
-    pub base_url: String,
-    /// Sent as `Authorization: Bearer KEY`.
-    pub api_key: Option<Secret>,
-    /// The model name to ask for there (default: the client's).
-    pub model: Option<String>,
-}
-
-/// Where one attempt goes.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Target {
-    /// The internal pool's instances of a served model.
-    Pool(String),
-    /// An external endpoint.
-    External(Arc<Endpoint>),
-}
-
-impl Target {
-    /// A name for metrics and logs.
-    pub fn name(&self) -> &str {
-        match self {
-            Target::Pool(_) => "pool",
-            Target::External(e) => &e.name,
-        }
-    }
-}
-
-/// What to do with one request.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Plan {
-    /// The configured model name (the `model` label).
-    pub label: String,
-    /// Targets in the order to try: the weighted pick, then the fallback chain.
-    pub attempts: Vec<Target>,
-    /// An external endpoint that gets a copy of the request.
-    pub mirror: Option<Arc<Endpoint>>,
-}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

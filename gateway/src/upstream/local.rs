@@ -7,7 +7,7 @@
 //! connection. The engines still listen on their ports for everyone else (the scheduler's
 //! status streams, clients calling an engine directly).
 
-use crate::answer::Answer;
+use crate::upstream::answer::Answer;
 use axum::body::Body;
 use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
 use axum::http::Request;

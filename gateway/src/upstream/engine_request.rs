@@ -4,8 +4,8 @@
 //! broken stream is resumed on a switchyard engine with the prompt plus the tokens generated so
 //! far, asking only for what is left.
 
-use crate::preprocess::Route;
-use crate::raw_object::{Change, RawObject};
+use crate::shared::raw_object::{Change, RawObject};
+use crate::shared::Route;
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{Map, Value};

@@ -1,68 +1,15 @@
 //! From a request body to what the scheduler needs: the model, the prompt's token count and its
 //! chained block hashes, computed with the same tokenizer and template as the engines.
 
-use crate::raw_object::RawObject;
+use crate::shared::raw_object::RawObject;
+use crate::shared::{Prepared, Route, ServedModel};
 use bytes::Bytes;
-use std::sync::Arc;
 use switchyard_protocol::hashing::block_hashes;
 use switchyard_protocol::openai::{
     check_chat, check_completion, settle_max_tokens, token_prompt, ApiError, ChatCompletionRequest,
     CompletionRequest, MessageContent, PromptInput, SamplingDefaults,
 };
-use switchyard_text::chat_template::{ChatTemplate, TemplateInput, TemplateMessage};
-use switchyard_text::tokenizer::Tokenizer;
-
-/// A model the gateway serves, with what preprocessing needs of it.
-#[derive(Debug, Clone)]
-pub struct ServedModel {
-    /// The name clients use.
-    pub name: String,
-    /// The engines' tokenizer.
-    pub tokenizer: Arc<Tokenizer>,
-    /// The engines' chat template, if any.
-    pub chat_template: Option<Arc<ChatTemplate>>,
-    /// Tokens per block of the hashes.
-    pub block_size: usize,
-    /// The engines' context length, where the gateway knows it: prompts and `max_tokens` that
-    /// do not fit are refused here rather than by the engine a request was placed on.
-    pub max_model_len: Option<usize>,
-}
-
-/// The routes a request can take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    /// `/v1/completions`.
-    Completions,
-    /// `/v1/chat/completions`.
-    Chat,
-}
-
-impl Route {
-    /// The path on the engine.
-    pub fn path(self) -> &'static str {
-        match self {
-            Route::Completions => "/v1/completions",
-            Route::Chat => "/v1/chat/completions",
-        }
-    }
-}
-
-/// A request ready to schedule.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Prepared {
-    /// The served model.
-    pub model: String,
-    /// Prompt tokens (all prompts of a batch together).
-    pub prompt_tokens: u32,
-    /// Chained block hashes of the (first) prompt.
-    pub block_hashes: Vec<u64>,
-    /// Requested `max_tokens`, if any.
-    pub max_tokens: u32,
-    /// Requested priority.
-    pub priority: i64,
-    /// The tokenized prompts (completions: each prompt; chat: the rendered conversation).
-    pub prompt_ids: Vec<Vec<u32>>,
-}
+use switchyard_text::chat_template::{TemplateInput, TemplateMessage};
 
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.is_empty() {
@@ -225,7 +172,7 @@ mod tests {
             tokenizer: builtin_tokenizer(),
             chat_template: None,
             block_size: 16,
-            max_model_len: Some(4096),
+            max_model_len: Some(100_000),
         }
     }
 

@@ -4,8 +4,8 @@
 //! Chunks come read for assembly ([`ChunkView::parse_for_assembly`]): the common fields typed,
 //! the rest raw, so only uncommon fields (log-probabilities, tool calls) become JSON trees.
 
-use crate::chunk::ChunkView;
-use crate::preprocess::Route;
+use crate::relay::chunk::ChunkView;
+use crate::shared::Route;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -206,7 +206,7 @@ fn merge(acc: &mut Value, new: &Value, key: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chunk::HeadKept;
+    use crate::relay::chunk::HeadKept;
     use serde_json::json;
 
     /// The answer assembled from `chunks`, each read the way the relay reads it.

@@ -6,35 +6,24 @@
 //! Nothing waits past the request's deadline; the waits of the pool (an instance's first byte,
 //! a backoff) are timed on the request's one [`Alarm`], re-armed for each.
 
-use crate::answer::{post_with_reqwest, Answer};
-use crate::breaker::{BreakerState, Breakers};
-use crate::http1_client::Http1Client;
-use crate::local::{post_local, LocalEngines};
 use crate::metrics::GatewayMetrics;
-use crate::preprocess::Prepared;
-use crate::relay::deadline_error;
-use crate::routes::{Endpoint, Plan, Target};
-use crate::scheduler_client::SchedulerClient;
-use crate::upstream::{Resume, UpstreamRequest};
+use crate::shared::{deadline_error, Alarm, BreakerState, Endpoint, Plan, Prepared, Target};
+use crate::upstream::answer::{post_with_reqwest, Answer};
+use crate::upstream::breaker::Breakers;
+use crate::upstream::engine_request::{Resume, UpstreamRequest};
+use crate::upstream::http1_client::Http1Client;
+use crate::upstream::local::{post_local, LocalEngines};
+use crate::upstream::retry::{falls_back, RetryPolicy, TryOutcome, Verdict};
+use crate::upstream::scheduler_client::SchedulerClient;
 use std::borrow::Cow;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{EngineKind, Observed, ScheduleDecision, ScheduleRequest};
 use tokio::sync::Semaphore;
-use tokio::time::Sleep;
 
 /// How long connecting to an upstream may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// First backoff before a retry.
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-/// Longest backoff before a retry.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
-/// Consecutive failures that open an instance's circuit breaker.
-const BREAKER_THRESHOLD: u32 = 5;
-/// How long an open breaker keeps requests away before a probe.
-const BREAKER_COOLDOWN: Duration = Duration::from_secs(10);
 /// Mirror copies in flight at once; more are dropped and counted.
 const MIRRORS_IN_FLIGHT: usize = 256;
 /// How much of one answer a switchyard engine may send ahead of the client reading it, over
@@ -47,10 +36,6 @@ const ENGINE_CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 const ENGINE_PING_INTERVAL: Duration = Duration::from_secs(10);
 /// How long a pong may take before the connection (and each answer on it) counts as broken.
 const ENGINE_PING_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A request's one timer, re-armed for whatever the request waits on next (an instance's first
-/// byte, a backoff, a stalled stream, the deadline) instead of a timer for each wait.
-pub type Alarm = Pin<Box<Sleep>>;
 
 /// How a forwarder behaves.
 #[derive(Debug, Clone)]
@@ -81,19 +66,10 @@ pub struct Forwarder {
     scheduler: SchedulerClient,
     gateway_id: String,
     settings: ForwardSettings,
+    retry: RetryPolicy,
     metrics: Arc<GatewayMetrics>,
     breakers: Breakers,
     mirrors: Arc<Semaphore>,
-}
-
-/// The backoff before retry number `attempt` (from 1): doubling from 50 ms, with ±50% jitter,
-/// at least what the instance asked for in `Retry-After`, at most 2 s.
-fn backoff(attempt: u32, retry_after: Option<Duration>) -> Duration {
-    let base = FIRST_BACKOFF.saturating_mul(1 << attempt.min(10).saturating_sub(1));
-    let jittered = base.mul_f64(0.5 + rand::random::<f64>());
-    jittered
-        .max(retry_after.unwrap_or_default())
-        .min(MAX_BACKOFF)
 }
 
 /// Releases a request's dispatch when dropped, with what its client saw if it finished.
@@ -157,11 +133,6 @@ pub struct PoolAsk<'a> {
     pub deadline: tokio::time::Instant,
 }
 
-/// Whether an answer before the first byte sends the request elsewhere: overload or failure.
-fn retryable(status: reqwest::StatusCode) -> bool {
-    status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS
-}
-
 impl Forwarder {
     /// A forwarder over `scheduler`, identifying itself as `gateway_id`, calling the `local`
     /// engines in process.
@@ -196,9 +167,13 @@ impl Forwarder {
             local,
             scheduler,
             gateway_id,
+            retry: RetryPolicy {
+                retries: settings.retries,
+                first_byte_timeout: settings.first_byte_timeout,
+            },
             settings,
             metrics,
-            breakers: Breakers::new(BREAKER_THRESHOLD, BREAKER_COOLDOWN),
+            breakers: Breakers::default(),
             mirrors: Arc::new(Semaphore::new(MIRRORS_IN_FLIGHT)),
         })
     }
@@ -271,8 +246,8 @@ impl Forwarder {
                 }
             }
             let failed = match &outcome {
-                Ok(o) => retryable(o.response.status),
-                Err(e) => e.status >= 500 || e.status == 429,
+                Ok(o) => falls_back(o.response.status.as_u16()),
+                Err(e) => falls_back(e.status),
             };
             after_429 = match &outcome {
                 Ok(o) => o.response.status == reqwest::StatusCode::TOO_MANY_REQUESTS,
@@ -342,24 +317,27 @@ impl Forwarder {
                 .for_pool(&prepared.model, decision.kind, ask.resume);
             let first_byte_by = ask
                 .deadline
-                .min(tokio::time::Instant::now() + self.settings.first_byte_timeout);
+                .min(tokio::time::Instant::now() + self.retry.first_byte_timeout);
             alarm.as_mut().reset(first_byte_by);
-            let sent = tokio::select! {
+            let outcome = tokio::select! {
                 biased;
-                sent = self.send_to_instance(&decision, ask.upstream.route().path(), ask.request_id, body) => Ok(sent),
-                () = alarm.as_mut() => Err(()),
+                sent = self.send_to_instance(&decision, ask.upstream.route().path(), ask.request_id, body) => match sent {
+                    Ok(answer) => TryOutcome::Answered(answer),
+                    Err(e) => TryOutcome::Unreachable(e),
+                },
+                () = alarm.as_mut() => TryOutcome::Silent,
             };
-            if sent.is_err() && first_byte_by >= ask.deadline {
+            if matches!(outcome, TryOutcome::Silent) && first_byte_by >= ask.deadline {
                 scheduled();
                 return Err(deadline_error());
             }
-            let last_try = attempt >= self.settings.retries;
-            let (cause, retry_after) = match sent {
-                Ok(Ok(response)) if !retryable(response.status) || last_try => {
-                    if response.status.is_server_error() {
-                        self.breakers
-                            .on_failure(&decision.instance_id, Instant::now());
-                    } else {
+            let now = Instant::now();
+            if outcome.is_instance_failure() {
+                self.breakers.on_failure(&decision.instance_id, now);
+            }
+            let (cause, after) = match self.retry.verdict(outcome, attempt, &decision.instance_id) {
+                Verdict::Answer(response) => {
+                    if !response.status.is_server_error() {
                         self.breakers.on_success(&decision.instance_id);
                     }
                     scheduled();
@@ -378,48 +356,11 @@ impl Forwarder {
                         release: Some(release),
                     });
                 }
-                Ok(Ok(response)) => {
-                    if response.status.is_server_error() {
-                        self.breakers
-                            .on_failure(&decision.instance_id, Instant::now());
-                    }
-                    let retry_after = response
-                        .retry_after
-                        .as_ref()
-                        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                        .map(Duration::from_secs);
-                    (response.status.as_str().to_string(), retry_after)
-                }
-                Ok(Err(e)) if last_try => {
-                    self.breakers
-                        .on_failure(&decision.instance_id, Instant::now());
+                Verdict::Fail(e) => {
                     scheduled();
-                    return Err(ApiError::bad_gateway(format!(
-                        "The instance {} could not be reached: {e}",
-                        decision.instance_id
-                    )));
-                }
-                Err(_) if last_try => {
-                    self.breakers
-                        .on_failure(&decision.instance_id, Instant::now());
-                    scheduled();
-                    let mut e = ApiError::bad_gateway(format!(
-                        "The instance {} sent no answer within {:?}.",
-                        decision.instance_id, self.settings.first_byte_timeout
-                    ));
-                    e.status = 504;
                     return Err(e);
                 }
-                Ok(Err(_)) => {
-                    self.breakers
-                        .on_failure(&decision.instance_id, Instant::now());
-                    ("network_error".to_string(), None)
-                }
-                Err(_) => {
-                    self.breakers
-                        .on_failure(&decision.instance_id, Instant::now());
-                    ("timeout".to_string(), None)
-                }
+                Verdict::Retry { cause, after } => (cause, after),
             };
             tracing::info!(
                 "{}: {} failed before its first byte ({cause}), retrying elsewhere",
@@ -430,7 +371,7 @@ impl Forwarder {
             drop(release);
             request.exclude.push(decision.instance_id);
             attempt += 1;
-            let retry_at = tokio::time::Instant::now() + backoff(attempt, retry_after);
+            let retry_at = tokio::time::Instant::now() + after;
             alarm.as_mut().reset(retry_at.min(ask.deadline));
             alarm.as_mut().await;
             if retry_at >= ask.deadline {
@@ -546,28 +487,5 @@ impl Forwarder {
             };
             metrics.on_mirror(&label, outcome);
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_with_jitter_and_is_capped() {
-        for _ in 0..100 {
-            let first = backoff(1, None);
-            assert!(
-                first >= Duration::from_millis(25) && first <= Duration::from_millis(75),
-                "{first:?}"
-            );
-            let third = backoff(3, None);
-            assert!(
-                third >= Duration::from_millis(100) && third <= Duration::from_millis(300),
-                "{third:?}"
-            );
-            assert!(backoff(20, None) <= MAX_BACKOFF);
-            assert!(backoff(1, Some(Duration::from_secs(1))) >= Duration::from_secs(1));
-        }
     }
 }

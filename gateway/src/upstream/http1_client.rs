@@ -11,7 +11,7 @@
 //! new connection, once. Dropping an answer's body before its end closes its connection, which
 //! the instance sees as a client gone.
 
-use crate::answer::{Answer, AnswerBody};
+use crate::upstream::answer::{Answer, AnswerBody};
 use axum::http::{HeaderValue, StatusCode};
 use bytes::{Buf, Bytes, BytesMut};
 use rustc_hash::FxHashMap as HashMap;

@@ -4,14 +4,14 @@
 //! already generated, asking only for what is left; the client sees one stream (exact for
 //! greedy decoding). When nothing can resume it, a stream ends with an error event and `[DONE]`.
 
-use crate::answer::AnswerBody;
-use crate::assemble::Assembler;
-use crate::chunk::{ChunkView, HeadKept};
-use crate::forward::{Alarm, Forwarder, Opened, PoolAsk, ReleaseOnDrop};
 use crate::metrics::GatewayMetrics;
-use crate::observe::RelayObserver;
-use crate::preprocess::{Prepared, Route};
-use crate::upstream::{Resume, UpstreamRequest};
+use crate::relay::assemble::Assembler;
+use crate::relay::chunk::{ChunkView, HeadKept};
+use crate::relay::observe::RelayObserver;
+use crate::shared::{deadline_error, Alarm, Prepared, Route};
+use crate::upstream::answer::AnswerBody;
+use crate::upstream::engine_request::{Resume, UpstreamRequest};
+use crate::upstream::forward::{Forwarder, Opened, PoolAsk, ReleaseOnDrop};
 use axum::body::Body;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::StreamExt;
@@ -385,14 +385,6 @@ impl Session {
         }
         Some(Bytes::from(chunk.to_string()))
     }
-}
-
-/// The error of a request whose `--request-timeout` passed.
-pub fn deadline_error() -> ApiError {
-    let mut e = ApiError::unavailable("The request's deadline (--request-timeout) passed.")
-        .with_code("request_timeout");
-    e.status = 504;
-    e
 }
 
 /// The stream's last event.

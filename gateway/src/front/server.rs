@@ -1,15 +1,16 @@
 //! The gateway's routes: the OpenAI API in front of the pool, models and health.
 
-use crate::admission::{Admission, Admitted};
-use crate::answer::Answer;
-use crate::forward::Forwarder;
-use crate::guarded_body::GuardedBody;
+use crate::front::admission::{Admission, Admitted};
+use crate::front::guarded_body::GuardedBody;
+use crate::front::preprocess::{prepare, prepare_off_worker, read_body};
+use crate::front::routes::{reload_logged, Routes};
 use crate::metrics::GatewayMetrics;
-use crate::observe::RelayObserver;
-use crate::preprocess::{prepare, prepare_off_worker, read_body, Route, ServedModel};
-use crate::relay::{collect, deadline_error, stream_body, ResumeWith, Session};
-use crate::routes::{reload_logged, Routes, Target};
-use crate::upstream::UpstreamRequest;
+use crate::relay::observe::RelayObserver;
+use crate::relay::session::{collect, stream_body, ResumeWith, Session};
+use crate::shared::{deadline_error, Route, ServedModel, Target};
+use crate::upstream::answer::Answer;
+use crate::upstream::engine_request::UpstreamRequest;
+use crate::upstream::forward::Forwarder;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
@@ -21,15 +22,15 @@ use axum::{Json, Router};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use switchyard_http::answer_panics;
+use switchyard_http::admin::admin_only;
+use switchyard_http::request_id::{self, request_id};
+use switchyard_http::{answer_panics, error_response};
 use switchyard_protocol::openai::{ApiError, ModelCard, ModelList};
+use switchyard_protocol::schedule::ScheduleApi;
 use switchyard_protocol::secret::Secret;
-use switchyard_scheduler::service::{admin_only, SchedulerService};
 
-/// Longest `x-request-id` accepted.
-const MAX_REQUEST_ID_LEN: usize = 256;
 /// The request id's header, honoured and returned.
-const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const X_REQUEST_ID: HeaderName = HeaderName::from_static(request_id::X_REQUEST_ID);
 /// The header naming the instance that answered.
 const X_SWITCHYARD_INSTANCE: HeaderName = HeaderName::from_static("x-switchyard-instance");
 
@@ -51,7 +52,7 @@ pub struct Gateway {
     pub max_resumes: u32,
     /// The scheduler running in this process (in `serve`): its metrics join `/metrics` and its
     /// instance list is served on `/v1/instances`.
-    pub in_process_scheduler: Option<Arc<SchedulerService>>,
+    pub in_process_scheduler: Option<Arc<dyn ScheduleApi>>,
     /// The key of the admin endpoints (`/v1/instances`, `/v1/routes/reload`), if any.
     pub admin_key: Option<Secret>,
 }
@@ -94,40 +95,6 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
         .with_state(gateway)
 }
 
-fn error(e: ApiError) -> Response {
-    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = (status, Json(e.body)).into_response();
-    if let Some(seconds) = e.retry_after {
-        response
-            .headers_mut()
-            .insert(RETRY_AFTER, HeaderValue::from(seconds));
-    }
-    response
-}
-
-/// The request id: a valid `x-request-id`, or a new one.
-fn request_id(headers: &HeaderMap) -> Result<String, ApiError> {
-    match headers.get(X_REQUEST_ID) {
-        None => Ok(new_request_id()),
-        Some(v) => match v.to_str() {
-            Ok(s) if !s.is_empty() && s.len() <= MAX_REQUEST_ID_LEN && s.bytes().all(|b| b.is_ascii_graphic()) => Ok(s.to_string()),
-            _ => Err(ApiError::invalid_request(format!(
-                "`x-request-id` must be 1 to {MAX_REQUEST_ID_LEN} printable ASCII characters without spaces."
-            ))),
-        },
-    }
-}
-
-/// A new request id: 32 random hexadecimal digits.
-fn new_request_id() -> String {
-    let bits = rand::random::<u128>();
-    let digits: Vec<u8> = (0..32)
-        .rev()
-        .map(|i| b"0123456789abcdef"[(bits >> (4 * i)) as usize & 15])
-        .collect();
-    String::from_utf8(digits).unwrap_or_default()
-}
-
 async fn handle(
     gateway: &Gateway,
     route: Route,
@@ -150,7 +117,7 @@ async fn handle(
     .await;
     let (response, id) = match result {
         Ok((response, id)) => (response, Some(id)),
-        Err(e) => (error(e), None),
+        Err(e) => (error_response(e), None),
     };
     let finish = Finish {
         _admitted: admitted,
@@ -166,7 +133,7 @@ async fn handle(
     Response::from_parts(parts, Body::new(GuardedBody::new(body, finish)))
 }
 
-fn rejected(metrics: &GatewayMetrics, rejection: crate::admission::Rejection) -> ApiError {
+fn rejected(metrics: &GatewayMetrics, rejection: crate::front::admission::Rejection) -> ApiError {
     let (reason, e) = rejection.as_ref().clone();
     metrics.on_rejected(reason);
     e
@@ -182,15 +149,8 @@ async fn admit_and_forward(
     model: &mut String,
     admitted: &mut Option<Admitted>,
 ) -> Result<(Response, String), ApiError> {
-    let id = request_id(headers)?;
-    let body = body.map_err(|rejection| {
-        let mut e = ApiError::invalid_request(format!(
-            "The request body could not be read: {}.",
-            rejection.body_text()
-        ));
-        e.status = rejection.status().as_u16();
-        e
-    })?;
+    let id = request_id(headers.get(X_REQUEST_ID))?;
+    let body = body.map_err(unreadable)?;
     let deadline = tokio::time::Instant::from_std(started + gateway.request_timeout);
     let authorization = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
     let key = gateway
@@ -284,23 +244,45 @@ async fn admit_and_forward(
         resume,
         alarm,
     );
-    let mut response = if upstream.streams() {
-        let mut r = Response::new(stream_body(session, observer));
-        r.headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        r.headers_mut()
-            .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        r
-    } else {
-        let mut r = Response::new(Body::from(collect(session, observer).await?));
-        r.headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        r
-    };
+    let mut response = relayed(session, observer, upstream.streams()).await?;
     response
         .headers_mut()
         .insert(X_SWITCHYARD_INSTANCE, instance);
     Ok((response, id))
+}
+
+/// The error of a body that could not be read (too large, or cut off).
+fn unreadable(rejection: BytesRejection) -> ApiError {
+    let mut e = ApiError::invalid_request(format!(
+        "The request body could not be read: {}.",
+        rejection.body_text()
+    ));
+    e.status = rejection.status().as_u16();
+    e
+}
+
+/// The answer relayed to the client: as a stream of events, or assembled whole.
+async fn relayed(
+    session: Session,
+    observer: RelayObserver,
+    streams: bool,
+) -> Result<Response, ApiError> {
+    let (body, content_type) = if streams {
+        (stream_body(session, observer), "text/event-stream")
+    } else {
+        (
+            Body::from(collect(session, observer).await?),
+            "application/json",
+        )
+    };
+    let mut r = Response::new(body);
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if streams {
+        r.headers_mut()
+            .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    }
+    Ok(r)
 }
 
 /// An upstream refusal, relayed as it came.
@@ -371,10 +353,10 @@ async fn instances(State(gateway): State<Arc<Gateway>>) -> Response {
 async fn reload_routes(State(gateway): State<Arc<Gateway>>) -> Response {
     let reloaded = reload_logged(&gateway.routes, |ok| gateway.metrics.on_route_reload(ok));
     match reloaded {
-        None => error(ApiError::not_found(
+        None => error_response(ApiError::not_found(
             "This gateway has no --route-config to reload.",
         )),
-        Some(Err(e)) => error(
+        Some(Err(e)) => error_response(
             ApiError::invalid_request(format!(
                 "The route config was not reloaded (the one in force stays): {e}"
             ))

@@ -3,7 +3,7 @@
 //! rate limit: 429 with `Retry-After` and the reason; queue full: 429; queue wait timed out: 503.
 //! Nothing waits without bound. The waiting queue goes by priority, then arrival ([`crate::slots`]).
 
-use crate::slots::{NoSlot, Slot, Slots};
+use crate::front::slots::{NoSlot, Slot, Slots};
 use rustc_hash::FxHashMap as HashMap;
 use serde::Deserialize;
 use std::path::Path;

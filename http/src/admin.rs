@@ -5,10 +5,9 @@
 
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
-use axum::http::StatusCode;
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use axum::{Json, Router};
+use axum::response::Response;
+use axum::Router;
 use std::sync::Arc;
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::secret::Secret;
@@ -44,5 +43,5 @@ async fn require(State(key): State<Arc<Secret>>, request: Request, next: Next) -
         "This endpoint needs the admin key (send `Authorization: Bearer ADMIN_KEY`).",
         "invalid_admin_key",
     );
-    (StatusCode::UNAUTHORIZED, Json(e.body)).into_response()
+    crate::error_response(e)
 }

@@ -3,20 +3,10 @@
 //! offered to the scheduler again (half-open) until a request is sent there, and that probe's
 //! outcome closes the breaker or opens it again.
 
+use crate::shared::BreakerState;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// A breaker's state, as exported (`gateway_circuit_breaker_state`: 0, 1, 2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerState {
-    /// Requests flow.
-    Closed = 0,
-    /// Requests are kept away until the cooldown ends.
-    Open = 1,
-    /// One probe request is allowed through.
-    HalfOpen = 2,
-}
 
 #[derive(Debug, Clone, Default)]
 struct Breaker {
@@ -33,6 +23,18 @@ pub struct Breakers {
     threshold: u32,
     cooldown: Duration,
     breakers: Mutex<HashMap<String, Breaker>>,
+}
+
+/// Consecutive failures that open an instance's circuit breaker.
+const BREAKER_THRESHOLD: u32 = 5;
+/// How long an open breaker keeps requests away before a probe.
+const BREAKER_COOLDOWN: Duration = Duration::from_secs(10);
+
+impl Default for Breakers {
+    /// Breakers that open after 5 consecutive failures, for 10 s.
+    fn default() -> Self {
+        Breakers::new(BREAKER_THRESHOLD, BREAKER_COOLDOWN)
+    }
 }
 
 impl Breakers {

@@ -6,8 +6,8 @@
 //! few milliseconds. The instance list is an admin endpoint: a gateway reads it with its own
 //! `--admin-key`, the same key as the scheduler's.
 
-use crate::answer::post_with_reqwest;
-use crate::http1_client::Http1Client;
+use crate::upstream::answer::post_with_reqwest;
+use crate::upstream::http1_client::Http1Client;
 use axum::http::StatusCode;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,11 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{
-    EngineKind, GatewayHeartbeat, Observed, ReleaseRequest, Released, ScheduleDecision,
-    ScheduleRequest,
+    EngineKind, GatewayHeartbeat, Observed, ReleaseRequest, Released, ScheduleApi,
+    ScheduleDecision, ScheduleRequest,
 };
 use switchyard_protocol::secret::Secret;
-use switchyard_scheduler::service::ScheduleApi;
 
 /// Largest answer read from `/v1/schedule`.
 const MAX_SCHEDULER_ANSWER: usize = 1 << 20;
@@ -75,10 +74,7 @@ impl SchedulerClient {
     /// Places a request.
     pub async fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ApiError> {
         match self {
-            SchedulerClient::InProcess(api) => api.schedule(req).map_err(|e| {
-                ApiError::unavailable(format!("No instance can take the request: {e}."))
-                    .with_code(e.label())
-            }),
+            SchedulerClient::InProcess(api) => api.schedule(req),
             SchedulerClient::Remote(remote) => remote.schedule(req).await,
         }
     }

@@ -1,0 +1,11 @@
+//! The front wing: what a client meets. [`server`] wires the OpenAI routes; [`admission`] and
+//! [`slots`] apply keys, rates and concurrency; [`preprocess`] checks, renders, tokenizes and
+//! hashes a request; [`routes`] says where a model's requests go; [`guarded_body`] reads a body
+//! within its limit.
+
+pub mod admission;
+pub mod guarded_body;
+pub mod preprocess;
+pub mod routes;
+pub mod server;
+pub mod slots;

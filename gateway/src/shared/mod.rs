@@ -1,0 +1,131 @@
+//! The gateway's floor: the types every wing shares (what a request is and where it may go,
+//! the model it is prepared for, a breaker's state), the request's one timer and its deadline
+//! error. It imports nothing of the wings above it.
+
+pub mod raw_object;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use switchyard_protocol::openai::ApiError;
+use switchyard_protocol::secret::Secret;
+use switchyard_text::chat_template::ChatTemplate;
+use switchyard_text::tokenizer::Tokenizer;
+use tokio::time::Sleep;
+
+/// A model the gateway serves, with what preprocessing needs of it.
+#[derive(Debug, Clone)]
+pub struct ServedModel {
+    /// The name clients use.
+    pub name: String,
+    /// The engines' tokenizer.
+    pub tokenizer: Arc<Tokenizer>,
+    /// The engines' chat template, if any.
+    pub chat_template: Option<Arc<ChatTemplate>>,
+    /// Tokens per block of the hashes.
+    pub block_size: usize,
+    /// The engines' context length, where the gateway knows it: prompts and `max_tokens` that
+    /// do not fit are refused here rather than by the engine a request was placed on.
+    pub max_model_len: Option<usize>,
+}
+
+/// The routes a request can take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// `/v1/completions`.
+    Completions,
+    /// `/v1/chat/completions`.
+    Chat,
+}
+
+impl Route {
+    /// The path on the engine.
+    pub fn path(self) -> &'static str {
+        match self {
+            Route::Completions => "/v1/completions",
+            Route::Chat => "/v1/chat/completions",
+        }
+    }
+}
+
+/// A request ready to schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prepared {
+    /// The served model.
+    pub model: String,
+    /// Prompt tokens (all prompts of a batch together).
+    pub prompt_tokens: u32,
+    /// Chained block hashes of the (first) prompt.
+    pub block_hashes: Vec<u64>,
+    /// Requested `max_tokens`, if any.
+    pub max_tokens: u32,
+    /// Requested priority.
+    pub priority: i64,
+    /// The tokenized prompts (completions: each prompt; chat: the rendered conversation).
+    pub prompt_ids: Vec<Vec<u32>>,
+}
+
+/// An external OpenAI-compatible endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    /// Its name in the config.
+    pub name: String,
+    /// Base URL, without `/v1/...`.
+    pub base_url: String,
+    /// Sent as `Authorization: Bearer KEY`.
+    pub api_key: Option<Secret>,
+    /// The model name to ask for there (default: the client's).
+    pub model: Option<String>,
+}
+
+/// Where one attempt goes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Target {
+    /// The internal pool's instances of a served model.
+    Pool(String),
+    /// An external endpoint.
+    External(Arc<Endpoint>),
+}
+
+impl Target {
+    /// A name for metrics and logs.
+    pub fn name(&self) -> &str {
+        match self {
+            Target::Pool(_) => "pool",
+            Target::External(e) => &e.name,
+        }
+    }
+}
+
+/// What to do with one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The configured model name (the `model` label).
+    pub label: String,
+    /// Targets in the order to try: the weighted pick, then the fallback chain.
+    pub attempts: Vec<Target>,
+    /// An external endpoint that gets a copy of the request.
+    pub mirror: Option<Arc<Endpoint>>,
+}
+
+/// A breaker's state, as exported (`gateway_circuit_breaker_state`: 0, 1, 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Requests flow.
+    Closed = 0,
+    /// Requests are kept away until the cooldown ends.
+    Open = 1,
+    /// One probe request is allowed through.
+    HalfOpen = 2,
+}
+
+/// A request's one timer, re-armed for whatever the request waits on next (an instance's first
+/// byte, a backoff, a stalled stream, the deadline) instead of a timer for each wait.
+pub type Alarm = Pin<Box<Sleep>>;
+
+/// The error of a request whose `--request-timeout` passed.
+pub fn deadline_error() -> ApiError {
+    let mut e = ApiError::unavailable("The request's deadline (--request-timeout) passed.")
+        .with_code("request_timeout");
+    e.status = 504;
+    e
+}
