@@ -18,9 +18,9 @@ use switchyard_engine::backend::sim::{
     GpuProfile, ModelShape, SimBackend, SimVocabulary, StepTimeModel,
 };
 use switchyard_engine::backend::{Backend, ModelOutput};
+use switchyard_engine::batching::SeqId;
 use switchyard_engine::core::{AddError, CoreConfig, EngineCore, NewSeq, SeqEvent, StepPlan};
 use switchyard_engine::sampling::{SamplingParams, StopParams};
-use switchyard_engine::sched::SeqId;
 use switchyard_protocol::hashing::block_hashes;
 use switchyard_protocol::schedule::{InferStage, Observed, ScheduleRequest};
 use switchyard_scheduler::cms::InstanceMeta;

@@ -8,7 +8,7 @@ use crate::text::Words;
 use crate::workload_args::WorkloadArgs;
 use anyhow::Context;
 use std::path::PathBuf;
-use std::time::Duration;
+use switchyard_http::flags::Seconds;
 
 /// Flags of `switchyard bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -34,8 +34,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub reset_prefix_cache: bool,
     /// Seconds before a request counts as a timeout.
-    #[arg(long, default_value_t = 600.0)]
-    pub request_timeout: f64,
+    #[arg(long, default_value = "600")]
+    pub request_timeout: Seconds,
     /// Write result.json, result.md and SVG plots here.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -103,10 +103,7 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
         base_url: args.url.clone(),
         model,
         api_key: args.api_key.clone(),
-        timeout: Duration::try_from_secs_f64(args.request_timeout)
-            .ok()
-            .filter(|t| !t.is_zero())
-            .context("--request-timeout must be a positive number of seconds")?,
+        timeout: args.request_timeout.duration(),
     };
     let w = &args.workload;
     let words = Words::builtin();

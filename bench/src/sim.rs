@@ -9,6 +9,7 @@ use crate::text::Words;
 use crate::workload_args::WorkloadArgs;
 use std::path::PathBuf;
 use std::time::Instant;
+use switchyard_http::flags::{NonNegative, Share};
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::predictor::PredictionErrors;
 use switchyard_scheduler::score::Slos;
@@ -42,11 +43,11 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 256)]
     pub max_num_seqs: usize,
     /// Share of GPU memory for weights and KV cache.
-    #[arg(long, default_value_t = 0.9)]
-    pub gpu_memory_utilization: f64,
+    #[arg(long, default_value = "0.9")]
+    pub gpu_memory_utilization: Share,
     /// Host memory per instance for the prefix cache's host tier, in GiB (0: none).
-    #[arg(long, default_value_t = 0.0)]
-    pub kv_offloading_size: f64,
+    #[arg(long, default_value = "0")]
+    pub kv_offloading_size: NonNegative,
     /// What to replay.
     #[command(flatten)]
     pub workload: WorkloadArgs,
@@ -106,8 +107,8 @@ impl SimArgs {
             block_size: self.block_size,
             max_num_batched_tokens: self.max_num_batched_tokens,
             max_num_seqs: self.max_num_seqs,
-            gpu_memory_utilization: self.gpu_memory_utilization,
-            kv_offloading_size: self.kv_offloading_size,
+            gpu_memory_utilization: self.gpu_memory_utilization.get(),
+            kv_offloading_size: self.kv_offloading_size.get(),
         })
     }
 }

@@ -61,7 +61,7 @@ pub fn workloads(
     flags: &WorkloadArgs,
     words: &Words,
 ) -> anyhow::Result<(Vec<SuiteWorkload>, Vec<String>)> {
-    let seconds = args.suite_seconds;
+    let seconds = args.suite_seconds.get();
     let least = args.suite_requests.max(1);
     let count = move |rate: f64| ((rate * seconds).ceil() as usize).max(least);
     let seed = flags.seed;
@@ -376,8 +376,8 @@ impl Runner<'_> {
 pub fn run_suite(args: &SimArgs) -> anyhow::Result<()> {
     let policies = args.policies(&Policy::ALL)?;
     let slo = Slo {
-        ttft_ms: args.workload.slo_ttft.or(DEFAULT_SLO.ttft_ms),
-        tpot_ms: args.workload.slo_tpot.or(DEFAULT_SLO.tpot_ms),
+        ttft_ms: args.workload.slo().ttft_ms.or(DEFAULT_SLO.ttft_ms),
+        tpot_ms: args.workload.slo().tpot_ms.or(DEFAULT_SLO.tpot_ms),
     };
     args.cluster_config(policies[0].1, slo)?;
     let words = Words::builtin();

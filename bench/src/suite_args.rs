@@ -2,6 +2,7 @@
 //! from the suite so that `sim`'s flags can carry them without `sim` importing the suite.
 
 use std::path::PathBuf;
+use switchyard_http::flags::Positive;
 
 /// The suite's own flags (the cluster's come from `switchyard sim`).
 #[derive(Debug, Clone, clap::Args)]
@@ -18,8 +19,8 @@ pub struct SuiteArgs {
     /// Virtual seconds each run's arrivals span (a trace's first requests, or a generator's
     /// sessions, enough for that at the rate tried), so that a rate past saturation shows as a
     /// growing queue rather than as one burst that drains.
-    #[arg(long, default_value_t = 60.0, value_parser = parse_positive)]
-    pub suite_seconds: f64,
+    #[arg(long, default_value = "60")]
+    pub suite_seconds: Positive,
     /// Fewest requests of a run.
     #[arg(long, default_value_t = 1000)]
     pub suite_requests: usize,
@@ -30,12 +31,4 @@ pub struct SuiteArgs {
     /// repeatable. Its --workload flags (seed, sizes) apply.
     #[arg(long = "suite-add")]
     pub suite_add: Vec<String>,
-}
-
-/// Parses a positive, finite number.
-fn parse_positive(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a positive number")),
-    }
 }

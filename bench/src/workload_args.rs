@@ -7,6 +7,7 @@ use crate::workload::long_context::{self, LongContext};
 use crate::workload::synthetic::{self, Arrivals, MultiTurn, PromptForm, SharedPrefix};
 use crate::workload::{at_rate, azure, mooncake, offered_rate, BenchRequest};
 use anyhow::{bail, Context};
+use switchyard_http::flags::Positive;
 
 /// Mean seconds a `multi-turn` user thinks before the next turn, at the generator's own pace
 /// (a sweep rescales it with the arrival times).
@@ -32,10 +33,10 @@ pub struct WorkloadArgs {
     /// Mean request rates to sweep, comma-separated (traces: rescaled to each; default: the
     /// trace's own times divided by --speedup).
     #[arg(long, value_delimiter = ',')]
-    pub rate: Vec<f64>,
+    pub rate: Vec<Positive>,
     /// Divides a trace's timestamps.
-    #[arg(long, default_value_t = 1.0)]
-    pub speedup: f64,
+    #[arg(long, default_value = "1")]
+    pub speedup: Positive,
     /// Use only the first N requests of a trace or generator.
     #[arg(long)]
     pub num_requests: Option<usize>,
@@ -43,8 +44,8 @@ pub struct WorkloadArgs {
     #[arg(long, value_enum, default_value_t = ArrivalKind::Poisson)]
     pub arrival: ArrivalKind,
     /// Shape of gamma gaps (1 is Poisson; smaller is burstier).
-    #[arg(long, default_value_t = 0.5)]
-    pub burstiness: f64,
+    #[arg(long, default_value = "0.5")]
+    pub burstiness: Positive,
     /// `plain`: prompt tokens.
     #[arg(long, default_value_t = 512)]
     pub input_len: usize,
@@ -73,24 +74,22 @@ pub struct WorkloadArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// TTFT goal for goodput, in ms.
-    #[arg(long)]
-    pub slo_ttft: Option<f64>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub slo_ttft: Option<Positive>,
     /// TPOT goal for goodput, in ms.
-    #[arg(long)]
-    pub slo_tpot: Option<f64>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub slo_tpot: Option<Positive>,
 }
 
 impl WorkloadArgs {
     /// The workload's requests at their base times, and a name for it.
     pub fn workload(&self, words: &Words) -> anyhow::Result<Vec<BenchRequest>> {
-        let (rate, shape) = (self.rate.first().copied().unwrap_or(1.0), self.burstiness);
+        let rate = self.rate.first().map_or(1.0, |r| r.get());
+        let shape = self.burstiness.get();
         let arrivals = match self.arrival {
             ArrivalKind::Poisson => Arrivals::Poisson { rate },
             ArrivalKind::Gamma => Arrivals::Gamma { rate, shape },
         };
-        if !(rate > 0.0 && shape > 0.0 && self.speedup > 0.0) {
-            bail!("--rate, --burstiness and --speedup must be positive");
-        }
         let n = self.num_requests.unwrap_or(200);
         let mut requests = match self.workload.split_once(':') {
             Some(("mooncake", path)) => {
@@ -98,13 +97,13 @@ impl WorkloadArgs {
                     std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?;
                 let mut lines = mooncake::parse(&text).with_context(|| path.to_string())?;
                 lines.truncate(self.num_requests.unwrap_or(usize::MAX));
-                mooncake::requests(&lines, self.speedup)
+                mooncake::requests(&lines, self.speedup.get())
             }
             Some(("azure", path)) => {
                 let text =
                     std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?;
                 let mut r =
-                    azure::requests(&text, self.speedup).with_context(|| path.to_string())?;
+                    azure::requests(&text, self.speedup.get()).with_context(|| path.to_string())?;
                 r.truncate(self.num_requests.unwrap_or(usize::MAX));
                 r
             }
@@ -182,8 +181,8 @@ impl WorkloadArgs {
     /// The SLOs goodput counts against.
     pub fn slo(&self) -> Slo {
         Slo {
-            ttft_ms: self.slo_ttft,
-            tpot_ms: self.slo_tpot,
+            ttft_ms: self.slo_ttft.map(Positive::get),
+            tpot_ms: self.slo_tpot.map(Positive::get),
         }
     }
 
@@ -193,7 +192,7 @@ impl WorkloadArgs {
         let rates: Vec<Option<f64>> = if self.rate.is_empty() {
             vec![None]
         } else {
-            self.rate.iter().map(|&r| Some(r)).collect()
+            self.rate.iter().map(|r| Some(r.get())).collect()
         };
         rates
             .into_iter()

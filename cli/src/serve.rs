@@ -55,7 +55,7 @@ pub struct ServeArgs {
 /// Runs engines, scheduler and gateway until Ctrl-C or SIGTERM, then drains.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let parts = args.engine.build(args.engines)?;
-    let drain_timeout = args.engine.drain_timeout()?;
+    let drain_timeout = args.engine.drain_timeout();
     let served = ServedModel {
         name: parts[0].info.model_name.clone(),
         tokenizer: parts[0].tokenizer.clone(),

@@ -18,6 +18,7 @@ use anyhow::{bail, Context};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use switchyard_http::flags::{NonNegative, Positive, SecondsOrZero, Share};
 
 /// Which backend runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -56,8 +57,8 @@ pub struct EngineArgs {
     #[arg(long, env = "SWITCHYARD_MODEL", default_value = "builtin")]
     pub model: String,
     /// KV cache size of the CPU backend, in GiB (unless --num-kv-blocks is given).
-    #[arg(long, env = "SWITCHYARD_KV_CACHE_MEMORY_GIB", default_value_t = 1.0)]
-    pub kv_cache_memory_gib: f64,
+    #[arg(long, env = "SWITCHYARD_KV_CACHE_MEMORY_GIB", default_value = "1")]
+    pub kv_cache_memory_gib: Positive,
     /// Name clients use in `model` (default: the model's name).
     #[arg(long, env = "SWITCHYARD_SERVED_MODEL_NAME")]
     pub served_model_name: Option<String>,
@@ -68,8 +69,8 @@ pub struct EngineArgs {
     #[arg(long, env = "SWITCHYARD_SIM_MODEL", default_value = "qwen3-0.6b")]
     pub sim_model: String,
     /// Simulated time runs this many times faster than real time.
-    #[arg(long, env = "SWITCHYARD_SIM_TIME_SCALE", default_value_t = 1.0)]
-    pub sim_time_scale: f64,
+    #[arg(long, env = "SWITCHYARD_SIM_TIME_SCALE", default_value = "1")]
+    pub sim_time_scale: Positive,
     /// Tokens per KV block.
     #[arg(long, env = "SWITCHYARD_BLOCK_SIZE", default_value_t = 16)]
     pub block_size: usize,
@@ -77,16 +78,16 @@ pub struct EngineArgs {
     #[arg(long, env = "SWITCHYARD_NUM_KV_BLOCKS")]
     pub num_kv_blocks: Option<usize>,
     /// Share of accelerator memory for weights and KV cache.
-    #[arg(long, env = "SWITCHYARD_GPU_MEMORY_UTILIZATION", default_value_t = 0.9)]
-    pub gpu_memory_utilization: f64,
+    #[arg(long, env = "SWITCHYARD_GPU_MEMORY_UTILIZATION", default_value = "0.9")]
+    pub gpu_memory_utilization: Share,
     /// Turn the prefix cache off.
     #[arg(long, env = "SWITCHYARD_NO_PREFIX_CACHING")]
     pub no_prefix_caching: bool,
     /// Host memory per instance for the prefix cache's host tier, in GiB (0: none). Computed
     /// blocks are copied there and loaded back when a later prompt shares them (vLLM's flag of
     /// the same name). The cpu and sim backends have it.
-    #[arg(long, env = "SWITCHYARD_KV_OFFLOADING_SIZE", default_value_t = 0.0)]
-    pub kv_offloading_size: f64,
+    #[arg(long, env = "SWITCHYARD_KV_OFFLOADING_SIZE", default_value = "0")]
+    pub kv_offloading_size: NonNegative,
     /// Token budget of one step.
     #[arg(
         long,
@@ -107,8 +108,8 @@ pub struct EngineArgs {
     #[arg(long, env = "SWITCHYARD_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
     pub max_body_bytes: usize,
     /// Seconds to let running requests finish after SIGTERM.
-    #[arg(long, env = "SWITCHYARD_DRAIN_TIMEOUT", default_value_t = 30.0)]
-    pub drain_timeout: f64,
+    #[arg(long, env = "SWITCHYARD_DRAIN_TIMEOUT", default_value = "30")]
+    pub drain_timeout: SecondsOrZero,
     /// Metric names: vllm, fastdeploy, mindie (comma-separated for several).
     #[arg(
         long,
@@ -123,11 +124,9 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
-    /// `--drain-timeout` as a duration, or why it is not one.
-    pub fn drain_timeout(&self) -> anyhow::Result<Duration> {
-        Duration::try_from_secs_f64(self.drain_timeout).map_err(|_| {
-            anyhow::anyhow!("--drain-timeout must be a non-negative number of seconds")
-        })
+    /// `--drain-timeout` as a duration.
+    pub fn drain_timeout(&self) -> Duration {
+        self.drain_timeout.duration()
     }
 
     /// Checks the flags and builds the parts of `instances` instances.
@@ -138,13 +137,7 @@ impl EngineArgs {
         if self.block_size == 0 || self.max_num_batched_tokens == 0 || self.max_num_seqs == 0 {
             bail!("--block-size, --max-num-batched-tokens and --max-num-seqs must be positive");
         }
-        if !(self.sim_time_scale > 0.0 && self.sim_time_scale.is_finite()) {
-            bail!("--sim-time-scale must be a positive number");
-        }
-        if !(self.gpu_memory_utilization > 0.0 && self.gpu_memory_utilization <= 1.0) {
-            bail!("--gpu-memory-utilization must be in (0, 1]");
-        }
-        if self.kv_offloading_size > 0.0 && self.no_prefix_caching {
+        if *self.kv_offloading_size > 0.0 && self.no_prefix_caching {
             bail!("--kv-offloading-size extends the prefix cache, which --no-prefix-caching turns off");
         }
         let model_dir = match self.model.as_str() {
@@ -186,7 +179,7 @@ impl EngineArgs {
             bail!("--max-model-len must be at least 2");
         }
         let num_blocks = model.num_blocks;
-        let host_blocks = slots_in_gib(self.kv_offloading_size, model.bytes_per_block)
+        let host_blocks = slots_in_gib(*self.kv_offloading_size, model.bytes_per_block)
             .map_err(anyhow::Error::msg)?;
         let model_name = self.served_model_name.clone().unwrap_or_else(|| {
             if self.model == "builtin" && kind != BackendKind::Sim {
@@ -224,7 +217,7 @@ impl EngineArgs {
                         prefix_caching: core.prefix_caching,
                         max_num_seqs: self.max_num_seqs,
                         max_model_len,
-                        gpu_memory_utilization: self.gpu_memory_utilization,
+                        gpu_memory_utilization: *self.gpu_memory_utilization,
                     },
                     &self.metrics_dialect,
                 )?;
@@ -243,7 +236,7 @@ impl EngineArgs {
                     generation_defaults: dir.generation.clone(),
                     metrics,
                     trace_log: trace_log.clone(),
-                    time_scale: self.sim_time_scale,
+                    time_scale: *self.sim_time_scale,
                 })
             })
             .collect()
@@ -254,7 +247,7 @@ impl EngineArgs {
         let step_time = StepTimeModel::new(gpu, shape.clone());
         let num_blocks = match self.num_kv_blocks {
             Some(n) => n,
-            None => step_time.kv_capacity_blocks(self.gpu_memory_utilization, self.block_size),
+            None => step_time.kv_capacity_blocks(*self.gpu_memory_utilization, self.block_size),
         };
         if num_blocks == 0 {
             bail!(
@@ -286,7 +279,7 @@ impl EngineArgs {
         let num_blocks = match self.num_kv_blocks {
             Some(n) => n,
             None => {
-                let bytes = self.kv_cache_memory_gib * (1u64 << 30) as f64;
+                let bytes = *self.kv_cache_memory_gib * (1u64 << 30) as f64;
                 let per_block = CpuBackend::kv_bytes_per_token(&config) * self.block_size;
                 (bytes / per_block as f64) as usize
             }
@@ -320,7 +313,7 @@ impl EngineArgs {
     fn cuda_model(&self, dir: &ModelDir, instances: usize) -> anyhow::Result<BuiltModel> {
         /// Room kept per instance for cuBLAS's workspace and the kernels' modules.
         const RESERVE_PER_INSTANCE: usize = 256 << 20;
-        if self.kv_offloading_size > 0.0 {
+        if *self.kv_offloading_size > 0.0 {
             bail!("--kv-offloading-size is not available with --backend cuda yet (cpu and sim have it)");
         }
         let config = dir.config.clone();
@@ -338,7 +331,7 @@ impl EngineArgs {
             None => {
                 let (free, total) = model.memory().map_err(anyhow::Error::msg)?;
                 let per_instance = model.workspace_bytes(&limits) + RESERVE_PER_INSTANCE;
-                let budget = total as f64 * self.gpu_memory_utilization
+                let budget = total as f64 * *self.gpu_memory_utilization
                     - (total - free) as f64
                     - (instances * per_instance) as f64;
                 if budget < (instances * per_block) as f64 {

@@ -1,13 +1,13 @@
-//! The engine core: batch scheduler, KV blocks and sampling around a backend's steps.
+//! The engine core: batcher (continuous batching), KV blocks and sampling around a backend's steps.
 //!
 //! The core never reads a clock and does no I/O: callers pass `now`, run the backend on the batch
 //! the core plans, and hand the result back with the time the step ended. The same core runs in
 //! real time behind the HTTP server and under a virtual clock in the cluster simulator.
 
 use crate::backend::{BatchSeq, ModelBatch, ModelOutput};
+use crate::batching::{BatchLimits, BatchPlan, Batcher, SeqId, SeqTimes, Sequence};
 use crate::kv::BlockPool;
 use crate::sampling::{sample, NextToken, Sampled, SamplingParams, StopParams};
-use crate::sched::{BatchScheduler, Schedule, SchedulerLimits, SeqId, SeqTimes, Sequence};
 use crate::trace::{TraceEvent, TraceKind};
 use switchyard_protocol::engine_state::{EngineStatus, StepSample};
 use switchyard_protocol::kv_events::{KvEvent, StoredBlock};
@@ -127,7 +127,7 @@ pub struct StepPlan {
     pub batch: ModelBatch,
     /// When the step started.
     pub start: f64,
-    schedule: Schedule,
+    batch_plan: BatchPlan,
 }
 
 /// What a finished step produced.
@@ -146,7 +146,7 @@ pub struct StepReport {
 pub struct EngineCore {
     config: CoreConfig,
     pool: BlockPool,
-    sched: BatchScheduler,
+    batcher: Batcher,
     next_seq: SeqId,
     next_arrival: u64,
     steps: u64,
@@ -162,7 +162,7 @@ impl EngineCore {
         EngineCore {
             pool: BlockPool::new(config.num_blocks, config.block_size, config.prefix_caching)
                 .with_host_tier(config.host_blocks),
-            sched: BatchScheduler::new(SchedulerLimits {
+            batcher: Batcher::new(BatchLimits {
                 max_num_batched_tokens: config.max_num_batched_tokens,
                 max_num_seqs: config.max_num_seqs,
             }),
@@ -187,19 +187,19 @@ impl EngineCore {
         &self.pool
     }
 
-    /// The batch scheduler.
-    pub fn scheduler(&self) -> &BatchScheduler {
-        &self.sched
+    /// The batcher.
+    pub fn batcher(&self) -> &Batcher {
+        &self.batcher
     }
 
     /// Whether any sequence is live.
     pub fn has_work(&self) -> bool {
-        self.sched.has_work()
+        self.batcher.has_work()
     }
 
     /// Queues a sequence; refused when the waiting queue is full.
     pub fn add(&mut self, new: NewSeq, now: f64) -> Result<SeqId, AddError> {
-        if self.sched.num_waiting() >= self.config.max_waiting_requests {
+        if self.batcher.num_waiting() >= self.config.max_waiting_requests {
             return Err(AddError::QueueFull);
         }
         let id = self.next_seq;
@@ -207,7 +207,7 @@ impl EngineCore {
         self.next_arrival += 1;
         self.record(now, &new.request_id, TraceKind::RequestQueueStart);
         self.admitted_ids.push(new.request_id.clone());
-        self.sched.add(Sequence::new(
+        self.batcher.add(Sequence::new(
             id,
             new.request_id,
             new.prompt,
@@ -223,25 +223,25 @@ impl EngineCore {
 
     /// Ends a live sequence early (client gone, stop string found); frees its blocks at once.
     pub fn abort(&mut self, seq: SeqId, reason: FinishReason, now: f64) -> Option<Finished> {
-        let seq = self.sched.remove(seq, &mut self.pool)?;
+        let seq = self.batcher.remove(seq, &mut self.pool)?;
         Some(self.finish(seq, reason, None, now))
     }
 
     /// Plans the next step, or `None` when there is nothing to compute.
     pub fn plan(&mut self, now: f64) -> Option<StepPlan> {
-        let schedule = self.sched.schedule(&mut self.pool);
-        self.pending_stats.preemptions += schedule.preempted.len();
-        for &id in &schedule.preempted {
+        let batch_plan = self.batcher.plan(&mut self.pool);
+        self.pending_stats.preemptions += batch_plan.preempted.len();
+        for &id in &batch_plan.preempted {
             let rid = self
-                .sched
+                .batcher
                 .get(id)
                 .expect("preempted is live")
                 .request_id
                 .clone();
             self.record(now, &rid, TraceKind::Preempted);
         }
-        for &id in &schedule.admitted {
-            let seq = self.sched.get_mut(id).expect("admitted is live");
+        for &id in &batch_plan.admitted {
+            let seq = self.batcher.get_mut(id).expect("admitted is live");
             seq.times.first_scheduled = Some(now);
             let (rid, prompt_len, cached, from_host) = (
                 seq.request_id.clone(),
@@ -259,23 +259,23 @@ impl EngineCore {
                 self.record(now, &rid, kind);
             }
         }
-        for &id in &schedule.resumed {
+        for &id in &batch_plan.resumed {
             let rid = self
-                .sched
+                .batcher
                 .get(id)
                 .expect("resumed is live")
                 .request_id
                 .clone();
             self.record(now, &rid, TraceKind::RescheduledInferenceStart);
         }
-        if schedule.scheduled.is_empty() {
+        if batch_plan.scheduled.is_empty() {
             return None;
         }
-        let seqs = schedule
+        let seqs = batch_plan
             .scheduled
             .iter()
             .map(|&(id, n)| {
-                let seq = self.sched.get(id).expect("scheduled is live");
+                let seq = self.batcher.get(id).expect("scheduled is live");
                 let end = seq.num_computed + n;
                 BatchSeq {
                     seq: id,
@@ -303,7 +303,7 @@ impl EngineCore {
                 transfers: self.pool.take_transfers(),
             },
             start: now,
-            schedule,
+            batch_plan,
         })
     }
 
@@ -321,10 +321,10 @@ impl EngineCore {
             .batch
             .seqs
             .iter()
-            .zip(&plan.schedule.scheduled)
+            .zip(&plan.batch_plan.scheduled)
             .zip(output.logits)
         {
-            let Some(seq) = self.sched.get_mut(id) else {
+            let Some(seq) = self.batcher.get_mut(id) else {
                 continue;
             };
             let before = seq.num_computed;
@@ -337,11 +337,11 @@ impl EngineCore {
                 sample_info.prefill_tokens += n as u32;
                 sample_info.prefill_attention += StepSample::attention_of(before as u64, n as u64);
             }
-            self.sched.register_computed_blocks(id, &mut self.pool);
+            self.batcher.register_computed_blocks(id, &mut self.pool);
             let (true, Some(logits)) = (entry.sample, logits) else {
                 continue;
             };
-            let seq = self.sched.get_mut(id).expect("still live");
+            let seq = self.batcher.get_mut(id).expect("still live");
             let position = seq.num_output();
             let sampled = sample(
                 logits,
@@ -371,7 +371,7 @@ impl EngineCore {
             }
             events.push(SeqEvent::Token(id, sampled));
             if let Some((reason, stop_token)) = stop {
-                let seq = self.sched.remove(id, &mut self.pool).expect("still live");
+                let seq = self.batcher.remove(id, &mut self.pool).expect("still live");
                 events.push(SeqEvent::Finished(
                     self.finish(seq, reason, stop_token, end),
                 ));
@@ -400,15 +400,15 @@ impl EngineCore {
             steps,
             ..Default::default()
         };
-        for seq in self.sched.waiting() {
-            if seq.status == crate::sched::SeqStatus::Preempted {
+        for seq in self.batcher.waiting() {
+            if seq.status == crate::batching::SeqStatus::Preempted {
                 status.num_swapped += 1;
             } else {
                 status.num_waiting += 1;
             }
             status.waiting_prefill_tokens += seq.num_uncomputed() as u64;
         }
-        for seq in self.sched.running() {
+        for seq in self.batcher.running() {
             status.num_running += 1;
             if seq.is_decoding() {
                 status.num_decoding += 1;

@@ -2,11 +2,11 @@
 //! backend, and publishing events, status snapshots, KV events, metrics and the trace log.
 
 use crate::backend::{Backend, ModelOutput};
+use crate::batching::SeqId;
 use crate::chat_template::ChatTemplate;
 use crate::core::{AddError, CoreConfig, EngineCore, NewSeq, SeqEvent, StepPlan, StepReport};
 use crate::metrics::EngineMetrics;
 use crate::model::GenerationDefaults;
-use crate::sched::SeqId;
 use crate::tokenizer::Tokenizer;
 use crate::trace::TraceLog;
 use rustc_hash::FxHashMap;

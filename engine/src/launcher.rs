@@ -12,7 +12,7 @@ use tokio::sync::watch;
 /// Serves every instance the flags describe until a shutdown signal, then drains.
 pub async fn run(listen: ListenArgs, args: EngineArgs) -> anyhow::Result<()> {
     let parts = args.build(listen.instances)?;
-    let drain_timeout = args.drain_timeout()?;
+    let drain_timeout = args.drain_timeout();
     let mut listeners = Vec::new();
     for i in 0..parts.len() {
         let port = listen

@@ -1,6 +1,6 @@
 //! switchyard-engine: one inference instance.
 //!
-//! A request enters through [`server`] (the OpenAI API), becomes one [`sched::Sequence`] per
+//! A request enters through [`server`] (the OpenAI API), becomes one [`batching::Sequence`] per
 //! choice in the [`core`], which plans each step (continuous batching over the paged [`kv`]
 //! cache), runs it on a [`backend`] and samples the next tokens ([`sampling`]). The
 //! [`instance`] drives the core in real time and publishes [`metrics`], the [`trace`] log, and
@@ -8,6 +8,7 @@
 //! for checking it against a reference and measuring it.
 
 pub mod backend;
+pub mod batching;
 pub mod config;
 pub mod core;
 pub mod forward_check;
@@ -17,7 +18,6 @@ pub mod launcher;
 pub mod metrics;
 pub mod model;
 pub mod sampling;
-pub mod sched;
 pub mod server;
 pub mod trace;
 

@@ -235,7 +235,7 @@ fn queue_limit_refuses_without_changing_state() {
     core.add(seq("a", vec![1, 2, 3], 2), 0.0).unwrap();
     core.add(seq("b", vec![1, 2, 3], 2), 0.0).unwrap();
     assert!(core.add(seq("c", vec![1, 2, 3], 2), 0.0).is_err());
-    assert_eq!(core.scheduler().num_waiting(), 2);
+    assert_eq!(core.batcher().num_waiting(), 2);
 }
 
 #[test]

@@ -6,14 +6,15 @@ use crate::front::routes::{self, RouteTable, Routes};
 use crate::front::server::{router, Gateway};
 use crate::metrics::GatewayMetrics;
 use crate::shared::ServedModel;
-use crate::upstream::forward::{ForwardSettings, Forwarder};
 use crate::upstream::local::LocalEngines;
+use crate::upstream::open::{OpenSettings, Opener};
 use crate::upstream::scheduler_client::{RemoteScheduler, SchedulerClient};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_http::admin::AdminArgs;
+use switchyard_http::flags::Seconds;
 use switchyard_protocol::schedule::ScheduleApi;
 use switchyard_text::chat_template::{ChatTemplate, CHATML_TEMPLATE};
 use switchyard_text::model_files::load_tokenizer_and_template;
@@ -56,17 +57,17 @@ pub struct GatewayFlags {
     pub retries: u32,
     /// Seconds a request may take from arrival to its last byte (retries, queueing, fallback
     /// and resumptions included).
-    #[arg(long, env = "SWITCHYARD_REQUEST_TIMEOUT", default_value_t = 600.0)]
-    pub request_timeout: f64,
+    #[arg(long, env = "SWITCHYARD_REQUEST_TIMEOUT", default_value = "600")]
+    pub request_timeout: Seconds,
     /// Seconds a pool instance may take to send its response headers before the request is
     /// retried elsewhere (external endpoints have no cap but the request timeout).
-    #[arg(long, env = "SWITCHYARD_FIRST_BYTE_TIMEOUT", default_value_t = 30.0)]
-    pub first_byte_timeout: f64,
+    #[arg(long, env = "SWITCHYARD_FIRST_BYTE_TIMEOUT", default_value = "30")]
+    pub first_byte_timeout: Seconds,
     /// Seconds a pool instance's stream may go silent before it counts as broken and resumes on
     /// another instance (a stalled engine): from its headers for switchyard engines, which send
     /// keep-alives every second, from the first token for others.
-    #[arg(long, env = "SWITCHYARD_STREAM_IDLE_TIMEOUT", default_value_t = 60.0)]
-    pub stream_idle_timeout: f64,
+    #[arg(long, env = "SWITCHYARD_STREAM_IDLE_TIMEOUT", default_value = "60")]
+    pub stream_idle_timeout: Seconds,
     /// Most times one broken stream is resumed on another instance.
     #[arg(long, env = "SWITCHYARD_STREAM_RESUMES", default_value_t = 2)]
     pub stream_resumes: u32,
@@ -107,17 +108,6 @@ fn extra_roots(path: &Path) -> anyhow::Result<Vec<reqwest::Certificate>> {
     Ok(roots)
 }
 
-/// The longest time flag accepted: a year (deadlines are added to the clock, which must not
-/// overflow).
-const MAX_SECONDS: f64 = 365.0 * 86400.0;
-
-fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
-    if !(value > 0.0 && value <= MAX_SECONDS) {
-        anyhow::bail!("--{flag} must be a positive number of seconds, at most {MAX_SECONDS}");
-    }
-    Ok(Duration::from_secs_f64(value))
-}
-
 impl GatewayFlags {
     /// A gateway over `models` of the pool, asking `scheduler` as `gateway_id`, with
     /// `in_process_scheduler` (in `serve`) behind its `/metrics` and `/v1/instances` and the
@@ -144,10 +134,10 @@ impl GatewayFlags {
                 move |ok| reloads.on_route_reload(ok),
             ));
         }
-        let settings = ForwardSettings {
+        let settings = OpenSettings {
             retries: self.retries,
-            first_byte_timeout: seconds("first-byte-timeout", self.first_byte_timeout)?,
-            stream_idle_timeout: seconds("stream-idle-timeout", self.stream_idle_timeout)?,
+            first_byte_timeout: self.first_byte_timeout.duration(),
+            stream_idle_timeout: self.stream_idle_timeout.duration(),
             engine_http2: self.engine_http2,
             extra_roots: match &self.ca_cert {
                 Some(path) => extra_roots(path)?,
@@ -157,13 +147,13 @@ impl GatewayFlags {
         Ok(Arc::new(Gateway {
             models,
             routes,
-            forwarder: Arc::new(
-                Forwarder::new(scheduler, gateway_id, settings, metrics.clone(), local)
+            opener: Arc::new(
+                Opener::new(scheduler, gateway_id, settings, metrics.clone(), local)
                     .context("cannot build the gateway's HTTP clients")?,
             ),
             metrics,
             admission: Admission::new(self.admission.config()?),
-            request_timeout: seconds("request-timeout", self.request_timeout)?,
+            request_timeout: self.request_timeout.duration(),
             max_resumes: self.stream_resumes,
             in_process_scheduler,
             admin_key: self.admin.admin_key.clone(),

@@ -196,9 +196,9 @@ async fn fake_tls() -> (String, Arc<AtomicUsize>, String) {
 fn flags(retries: u32) -> GatewayFlags {
     GatewayFlags {
         retries,
-        request_timeout: 600.0,
-        first_byte_timeout: 30.0,
-        stream_idle_timeout: 60.0,
+        request_timeout: "600.0".parse().unwrap(),
+        first_byte_timeout: "30.0".parse().unwrap(),
+        stream_idle_timeout: "60.0".parse().unwrap(),
         stream_resumes: 2,
         engine_http2: false,
         ca_cert: None,
@@ -209,7 +209,7 @@ fn flags(retries: u32) -> GatewayFlags {
             global_tokens_per_minute: None,
             max_concurrent_requests: 0,
             queue_size: 16,
-            queue_timeout: 30.0,
+            queue_timeout: "30.0".parse().unwrap(),
         },
         admin: AdminArgs { admin_key: None },
     }
@@ -317,7 +317,7 @@ async fn a_5xx_429_dropped_or_hanging_instance_is_retried_on_another() {
         let bad = fake(failing).await;
         let good = fake(Behaviour::Answer(200)).await;
         let mut f = flags(2);
-        f.first_byte_timeout = 0.3;
+        f.first_byte_timeout = "0.3".parse().unwrap();
         let gw = gateway(&[sw(&bad.url), sw(&good.url)], f).await;
         let (status, instance, body) = complete(&gw).await;
         assert_eq!(
@@ -375,7 +375,7 @@ async fn every_instance_failing_ends_in_no_capacity() {
 async fn the_request_deadline_bounds_a_hanging_upstream() {
     let hanging = fake(Behaviour::Hang).await;
     let mut f = flags(0);
-    f.request_timeout = 0.5;
+    f.request_timeout = "0.5".parse().unwrap();
     let gw = gateway(&[sw(&hanging.url)], f).await;
     let started = std::time::Instant::now();
     let (status, _, body) = complete(&gw).await;

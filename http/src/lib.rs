@@ -7,11 +7,13 @@
 //! does, on every request) is polled again in place rather than handed to another worker.
 //! [`sse`] splits the server-sent event streams switchyard's processes read from each other;
 //! [`error_response`] is the one way an OpenAI error becomes a response, and [`request_id`] the
-//! one rule for request ids; [`admin`] puts the admin endpoints behind their key.
+//! one rule for request ids; [`admin`] puts the admin endpoints behind their key; [`flags`]
+//! are the checked number types every command's flags use.
 
 pub mod admin;
 mod answer_panics;
 mod api_error;
+pub mod flags;
 mod poll_in_place;
 pub mod request_id;
 pub mod sse;

@@ -11,6 +11,7 @@ use anyhow::Context;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_http::admin::AdminArgs;
+use switchyard_http::flags::{Positive, Seconds, SecondsOrZero};
 
 /// How long the server waits, once stopped, for answers still being written.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
@@ -42,8 +43,8 @@ pub struct SchedulerArgs {
     #[arg(long, env = "SWITCHYARD_INSTANCES_FILE")]
     pub instances_file: Option<std::path::PathBuf>,
     /// Seconds between discovery refreshes (DNS and file).
-    #[arg(long, env = "SWITCHYARD_DISCOVERY_INTERVAL", default_value_t = 1.0)]
-    pub discovery_interval: f64,
+    #[arg(long, env = "SWITCHYARD_DISCOVERY_INTERVAL", default_value = "1")]
+    pub discovery_interval: Seconds,
     /// How often scraped engines' `/metrics` are read, in milliseconds.
     #[arg(long, env = "SWITCHYARD_SCRAPE_INTERVAL", default_value_t = 100)]
     pub scrape_interval: u64,
@@ -58,11 +59,11 @@ pub struct SchedulerArgs {
     )]
     pub policy_for: Vec<String>,
     /// Seconds without a call or heartbeat after which a gateway's dispatches are reclaimed.
-    #[arg(long, env = "SWITCHYARD_GATEWAY_TIMEOUT", default_value_t = 30.0)]
-    pub gateway_timeout: f64,
+    #[arg(long, env = "SWITCHYARD_GATEWAY_TIMEOUT", default_value = "30")]
+    pub gateway_timeout: Seconds,
     /// Seconds after which an instance's status is too old to schedule on.
-    #[arg(long, env = "SWITCHYARD_INSTANCE_STALENESS", default_value_t = 5.0)]
-    pub instance_staleness: f64,
+    #[arg(long, env = "SWITCHYARD_INSTANCE_STALENESS", default_value = "5")]
+    pub instance_staleness: Seconds,
     /// The predictive policy's objectives.
     #[command(flatten)]
     pub slo: SloFlags,
@@ -71,8 +72,8 @@ pub struct SchedulerArgs {
     pub block_size: u32,
     /// Seconds to wait at start, before listening, for the first status of every instance
     /// discovery names (an instance that does not answer is not waited for).
-    #[arg(long, env = "SWITCHYARD_STARTUP_WAIT", default_value_t = 5.0)]
-    pub startup_wait: f64,
+    #[arg(long, env = "SWITCHYARD_STARTUP_WAIT", default_value = "5")]
+    pub startup_wait: SecondsOrZero,
     /// Seed of the tie-breaking draws.
     #[arg(long, env = "SWITCHYARD_SCHEDULER_SEED", default_value_t = 0)]
     pub seed: u64,
@@ -123,10 +124,10 @@ impl SchedulerArgs {
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let config = SchedulerConfig {
-            gateway_timeout: self.gateway_timeout,
+            gateway_timeout: self.gateway_timeout.get(),
             model_policies,
             policy: self.policy,
-            staleness: self.instance_staleness,
+            staleness: self.instance_staleness.get(),
             block_size: self.block_size,
             ..Default::default()
         };
@@ -140,17 +141,16 @@ impl SchedulerArgs {
 pub struct SloFlags {
     /// TTFT objective in milliseconds: the predictive policy places each request where the
     /// fewest requests, it and those running, are predicted to miss the objectives.
-    #[arg(long, env = "SWITCHYARD_SLO_TTFT", value_parser = parse_slo, allow_negative_numbers = true)]
-    pub slo_ttft: Option<f64>,
+    #[arg(long, env = "SWITCHYARD_SLO_TTFT", allow_negative_numbers = true)]
+    pub slo_ttft: Option<Positive>,
     /// TPOT objective in milliseconds (see --slo-ttft).
     #[arg(
         long,
         alias = "tpot-slo",
         env = "SWITCHYARD_SLO_TPOT",
-        value_parser = parse_slo,
         allow_negative_numbers = true
     )]
-    pub slo_tpot: Option<f64>,
+    pub slo_tpot: Option<Positive>,
     /// Objectives of one model, as `MODEL=TTFT_MS:TPOT_MS` (either may be empty, as in `m=:50`);
     /// other models use --slo-ttft and --slo-tpot.
     #[arg(long = "slo-for", env = "SWITCHYARD_SLO_FOR", value_delimiter = ',')]
@@ -175,9 +175,9 @@ impl SloFlags {
                     if ms.is_empty() {
                         return Ok(None);
                     }
-                    parse_slo(ms)
-                        .map(Some)
-                        .map_err(|e| anyhow::anyhow!("--slo-for {entry:?}: {e}"))
+                    ms.parse::<Positive>()
+                        .map(|ms| Some(ms.get()))
+                        .map_err(|e| anyhow::anyhow!("--slo-for {entry:?}: {e} of milliseconds"))
                 };
                 Ok((
                     model.to_string(),
@@ -190,8 +190,8 @@ impl SloFlags {
             .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(SchedulerConfig {
             slos: Slos {
-                ttft: self.slo_ttft.map(|ms| ms / 1e3),
-                tpot: self.slo_tpot.map(|ms| ms / 1e3),
+                ttft: self.slo_ttft.map(|ms| ms.get() / 1e3),
+                tpot: self.slo_tpot.map(|ms| ms.get() / 1e3),
             },
             model_slos,
             slo_admission: self.slo_admission,
@@ -200,13 +200,9 @@ impl SloFlags {
     }
 }
 
-/// Parses an objective in milliseconds: a finite number above zero.
-pub fn parse_slo(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(ms) if ms.is_finite() && ms > 0.0 => Ok(ms),
-        _ => Err(format!("{s:?} is not a number of milliseconds above zero")),
-    }
-}
+/// The shortest discovery refresh, whatever the flag says (DNS and files are not polled
+/// faster).
+const MIN_DISCOVERY_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Runs the scheduler until Ctrl-C or SIGTERM.
 pub async fn run(
@@ -227,8 +223,10 @@ pub async fn run(
     });
     let discovery = args.discovery()?;
     let settings = FollowSettings {
-        refresh: Duration::try_from_secs_f64(args.discovery_interval.max(0.05))
-            .map_err(|_| anyhow::anyhow!("--discovery-interval must be a number of seconds"))?,
+        refresh: args
+            .discovery_interval
+            .duration()
+            .max(MIN_DISCOVERY_INTERVAL),
         scrape_interval: Duration::from_millis(args.scrape_interval.max(1)),
         block_size: args.block_size,
     };
@@ -239,10 +237,7 @@ pub async fn run(
         discovery.clone(),
         settings,
     ));
-    // A negative or NaN wait is no wait (`from_secs_f64` would panic on it).
-    let startup_wait =
-        Duration::try_from_secs_f64(args.startup_wait.min(3600.0)).unwrap_or_default();
-    first_statuses(&service, &client, &discovery, startup_wait).await;
+    first_statuses(&service, &client, &discovery, args.startup_wait.duration()).await;
     let addr = format!("{}:{}", args.host, args.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -263,19 +258,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn objectives_are_finite_milliseconds_above_zero() {
-        assert_eq!(parse_slo("50"), Ok(50.0));
-        assert_eq!(parse_slo("0.5"), Ok(0.5));
-        for bad in ["-1", "0", "NaN", "inf", "-inf", "fifty", ""] {
-            assert!(parse_slo(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
     fn each_model_may_have_its_own_objectives() {
         let flags = SloFlags {
-            slo_ttft: Some(1000.0),
-            slo_tpot: Some(50.0),
+            slo_ttft: Positive::new(1000.0),
+            slo_tpot: Positive::new(50.0),
             slo_for: vec!["a=2000:".into(), "b=:25".into()],
             slo_admission: true,
         };

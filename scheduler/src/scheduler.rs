@@ -435,17 +435,7 @@ impl Scheduler {
             log_candidates(&req.request_id, policy, &candidates, chosen);
         }
         let (state, metrics) = candidates.swap_remove(chosen);
-        let runner_up = candidates
-            .iter()
-            .min_by(|a, b| {
-                let (a, b) = (policy.key(&a.1), policy.key(&b.1));
-                a.partial_cmp(&b).unwrap_or(std::cmp::Ordering::Equal)
-            })
-            .map(|(s, m)| RunnerUp {
-                instance_id: s.meta.id.clone(),
-                predicted_ttft_ms: m.predicted_ttft * 1000.0,
-                predicted_tpot_ms: m.predicted_tpot * 1000.0,
-            });
+        let runner_up = runner_up(policy, &candidates);
         let decision = ScheduleDecision {
             instance_id: state.meta.id.clone(),
             endpoint: state.meta.endpoint.clone(),
@@ -457,6 +447,25 @@ impl Scheduler {
             kind: state.meta.kind,
         };
         let (slot, kind) = (state.slot, state.meta.kind);
+        self.record_placement(req, &decision, &metrics, slot, kind, now);
+        Ok(Placement {
+            decision,
+            metrics,
+            best_hit_ratio,
+        })
+    }
+
+    /// Notes a placement: its dispatch, in flight until the engine admits it, and the prefix
+    /// the chosen instance will hold.
+    fn record_placement(
+        &mut self,
+        req: &ScheduleRequest,
+        decision: &ScheduleDecision,
+        metrics: &CandidateMetrics,
+        slot: Slot,
+        kind: EngineKind,
+        now: f64,
+    ) {
         self.lrs.dispatch(
             &req.request_id,
             Dispatch {
@@ -478,11 +487,6 @@ impl Scheduler {
             _ => self.config.routed_ttl,
         };
         self.index.record_route(slot, &req.block_hashes, now, ttl);
-        Ok(Placement {
-            decision,
-            metrics,
-            best_hit_ratio,
-        })
     }
 
     /// Every instance as `GET /v1/instances` shows it.
@@ -590,6 +594,24 @@ fn measured_prefill_seconds(fit: &StepTimeFit, steps: &[StepSample]) -> f64 {
             (s.step_seconds - decode_only).clamp(0.0, s.step_seconds.max(0.0))
         })
         .sum()
+}
+
+/// The best candidate after the chosen one (removed from `candidates`), with its predictions.
+fn runner_up(
+    policy: Policy,
+    candidates: &[(&InstanceState, CandidateMetrics)],
+) -> Option<RunnerUp> {
+    candidates
+        .iter()
+        .min_by(|a, b| {
+            let (a, b) = (policy.key(&a.1), policy.key(&b.1));
+            a.partial_cmp(&b).unwrap_or(std::cmp::Ordering::Equal)
+        })
+        .map(|(s, m)| RunnerUp {
+            instance_id: s.meta.id.clone(),
+            predicted_ttft_ms: m.predicted_ttft * 1000.0,
+            predicted_tpot_ms: m.predicted_tpot * 1000.0,
+        })
 }
 
 /// Llumnix's load metrics of one candidate (S = engine status, L = in-flight dispatches), and

@@ -10,9 +10,9 @@ pub mod cpu;
 pub mod cuda;
 pub mod sim;
 
+use crate::batching::SeqId;
 use crate::kv::{BlockId, KvTransfers};
 use crate::sampling::{Logits, NextToken};
-use crate::sched::SeqId;
 use switchyard_protocol::engine_state::StepSample;
 
 /// One sequence's share of a step.
@@ -28,7 +28,7 @@ pub struct BatchSeq {
     pub block_table: Vec<BlockId>,
     /// Whether the step reaches the sequence's last token, so its next token is sampled.
     pub sample: bool,
-    /// Rolling hash of all the sequence's tokens (see [`crate::sched::Sequence::fingerprint`]).
+    /// Rolling hash of all the sequence's tokens (see [`crate::batching::Sequence::fingerprint`]).
     pub fingerprint: u64,
     /// What the sequence needs back when it samples: every score, the argmax, or one draw a
     /// backend may make itself (returning the token as one-entry sparse logits).

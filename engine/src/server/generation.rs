@@ -3,10 +3,10 @@
 //! the updates into its own response format.
 
 use super::params::GenerationParams;
+use crate::batching::SeqId;
 use crate::core::{NewSeq, SeqEvent};
 use crate::instance::{InFlight, Instance};
 use crate::sampling::StopParams;
-use crate::sched::SeqId;
 use crate::tokenizer::IncrementalDecoder;
 use futures::stream::{SelectAll, StreamExt};
 use futures::FutureExt;

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use switchyard_http::flags::{Positive, SecondsOrZero};
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::secret::Secret;
 
@@ -94,10 +95,10 @@ pub struct AdmissionArgs {
     pub api_keys: Option<std::path::PathBuf>,
     /// Requests per minute over all clients.
     #[arg(long, env = "SWITCHYARD_GLOBAL_REQUESTS_PER_MINUTE")]
-    pub global_requests_per_minute: Option<f64>,
+    pub global_requests_per_minute: Option<Positive>,
     /// Prompt tokens per minute over all clients.
     #[arg(long, env = "SWITCHYARD_GLOBAL_TOKENS_PER_MINUTE")]
-    pub global_tokens_per_minute: Option<f64>,
+    pub global_tokens_per_minute: Option<Positive>,
     /// Requests served at once (0: no limit).
     #[arg(long, env = "SWITCHYARD_MAX_CONCURRENT_REQUESTS", default_value_t = 0)]
     pub max_concurrent_requests: usize,
@@ -105,8 +106,8 @@ pub struct AdmissionArgs {
     #[arg(long, env = "SWITCHYARD_QUEUE_SIZE", default_value_t = 1024)]
     pub queue_size: usize,
     /// Seconds a request may wait for a free slot before 503.
-    #[arg(long, env = "SWITCHYARD_QUEUE_TIMEOUT", default_value_t = 30.0)]
-    pub queue_timeout: f64,
+    #[arg(long, env = "SWITCHYARD_QUEUE_TIMEOUT", default_value = "30")]
+    pub queue_timeout: SecondsOrZero,
 }
 
 impl AdmissionArgs {
@@ -117,16 +118,13 @@ impl AdmissionArgs {
                 .map_err(|e| anyhow::anyhow!("cannot read --api-keys {}: {e}", path.display()))?,
             None => Vec::new(),
         };
-        let queue_timeout = Duration::try_from_secs_f64(self.queue_timeout).map_err(|_| {
-            anyhow::anyhow!("--queue-timeout must be a non-negative number of seconds")
-        })?;
         Ok(AdmissionConfig {
             keys,
-            global_requests_per_minute: self.global_requests_per_minute,
-            global_tokens_per_minute: self.global_tokens_per_minute,
+            global_requests_per_minute: self.global_requests_per_minute.map(Positive::get),
+            global_tokens_per_minute: self.global_tokens_per_minute.map(Positive::get),
             max_concurrent: self.max_concurrent_requests,
             queue_size: self.queue_size,
-            queue_timeout,
+            queue_timeout: self.queue_timeout.duration(),
         })
     }
 }

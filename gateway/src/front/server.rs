@@ -10,7 +10,7 @@ use crate::relay::session::{collect, stream_body, ResumeWith, Session};
 use crate::shared::{deadline_error, Route, ServedModel, Target};
 use crate::upstream::answer::Answer;
 use crate::upstream::engine_request::UpstreamRequest;
-use crate::upstream::forward::Forwarder;
+use crate::upstream::open::Opener;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
@@ -41,7 +41,7 @@ pub struct Gateway {
     /// Where each model's requests go.
     pub routes: Arc<Routes>,
     /// The way to the engines and endpoints.
-    pub forwarder: Arc<Forwarder>,
+    pub opener: Arc<Opener>,
     /// The gateway's metrics.
     pub metrics: Arc<GatewayMetrics>,
     /// Keys, rates and concurrency.
@@ -105,7 +105,7 @@ async fn handle(
     gateway.metrics.current.inc();
     let mut model = String::new();
     let mut admitted = None;
-    let result = admit_and_forward(
+    let result = admit_and_relay(
         gateway,
         route,
         headers,
@@ -139,8 +139,8 @@ fn rejected(metrics: &GatewayMetrics, rejection: crate::front::admission::Reject
     e
 }
 
-/// Authenticates, prepares, admits and forwards a request; notes its model and admission slot.
-async fn admit_and_forward(
+/// Authenticates, prepares and admits a request, and relays its answer; notes its model and admission slot.
+async fn admit_and_relay(
     gateway: &Gateway,
     route: Route,
     headers: &HeaderMap,
@@ -203,7 +203,7 @@ async fn admit_and_forward(
     ));
     if let Some(mirror) = &plan.mirror {
         gateway
-            .forwarder
+            .opener
             .mirror(mirror, &plan.label, &id, &upstream, deadline);
     }
     let prepare_for = |name: &str| match (&prepared, served(name)) {
@@ -213,7 +213,7 @@ async fn admit_and_forward(
     };
     let mut alarm = Box::pin(tokio::time::sleep_until(deadline));
     let opened = gateway
-        .forwarder
+        .opener
         .open(&plan, &id, &upstream, &prepare_for, deadline, &mut alarm)
         .await?;
     let instance =
@@ -234,7 +234,7 @@ async fn admit_and_forward(
     });
     let observer = RelayObserver::new(gateway.metrics.clone(), model.clone(), started);
     let session = Session::new(
-        gateway.forwarder.clone(),
+        gateway.opener.clone(),
         gateway.metrics.clone(),
         id.clone(),
         model.clone(),
@@ -304,7 +304,7 @@ async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
     gateway.metrics.set_pending(gateway.admission.waiting());
     gateway
         .metrics
-        .set_breakers(&gateway.forwarder.breaker_states());
+        .set_breakers(&gateway.opener.breaker_states());
     let mut text = gateway.metrics.render();
     if let Some(scheduler) = &gateway.in_process_scheduler {
         text.push_str(&scheduler.render_metrics());

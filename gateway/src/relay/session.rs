@@ -11,7 +11,7 @@ use crate::relay::observe::RelayObserver;
 use crate::shared::{deadline_error, Alarm, Prepared, Route};
 use crate::upstream::answer::AnswerBody;
 use crate::upstream::engine_request::{Resume, UpstreamRequest};
-use crate::upstream::forward::{Forwarder, Opened, PoolAsk, ReleaseOnDrop};
+use crate::upstream::open::{Opened, Opener, PoolAsk, ReleaseOnDrop};
 use axum::body::Body;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::StreamExt;
@@ -45,7 +45,7 @@ pub struct ResumeWith {
 
 /// Reads one request's answer.
 pub struct Session {
-    forwarder: Arc<Forwarder>,
+    opener: Arc<Opener>,
     metrics: Arc<GatewayMetrics>,
     request_id: String,
     label: String,
@@ -85,7 +85,7 @@ impl Session {
     /// `alarm` is the request's timer.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        forwarder: Arc<Forwarder>,
+        opener: Arc<Opener>,
         metrics: Arc<GatewayMetrics>,
         request_id: String,
         label: String,
@@ -97,7 +97,7 @@ impl Session {
     ) -> Self {
         let resume = resume.filter(|_| upstream.resumable());
         Session {
-            forwarder,
+            opener,
             metrics,
             request_id,
             label,
@@ -175,7 +175,7 @@ impl Session {
     /// request's deadline.
     fn due(&self) -> tokio::time::Instant {
         if self.watched_for_stalls() {
-            let idle = self.forwarder.stream_idle_timeout();
+            let idle = self.opener.stream_idle_timeout();
             self.deadline.min(self.last_heard + idle)
         } else {
             self.deadline
@@ -207,7 +207,7 @@ impl Session {
                     if due >= self.deadline {
                         return Step::Failed(deadline_error());
                     }
-                    let idle = self.forwarder.stream_idle_timeout();
+                    let idle = self.opener.stream_idle_timeout();
                     format!("{} sent nothing for {idle:?}", self.instance)
                 }
                 Some(Some(Ok(bytes))) => {
@@ -242,7 +242,7 @@ impl Session {
     /// Re-issues the request on another instance after its stream broke with `why`.
     async fn resume_elsewhere(&mut self, why: &str) -> Result<(), ApiError> {
         tracing::warn!("{}: {why}", self.request_id);
-        self.forwarder.on_broken(&self.instance);
+        self.opener.on_broken(&self.instance);
         let failed = |metrics: &GatewayMetrics, label: &str, message: String| {
             metrics.on_continuation(label, "failed");
             Err(ApiError::bad_gateway(message))
@@ -265,8 +265,8 @@ impl Session {
         self.splitter = SseSplitter::default();
         self.upstream_started = false;
         self.release = None;
-        let forwarder = self.forwarder.clone();
-        let opened = forwarder
+        let opener = self.opener.clone();
+        let opened = opener
             .open_pool(
                 PoolAsk {
                     request_id: &self.request_id,

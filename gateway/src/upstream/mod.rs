@@ -1,4 +1,4 @@
-//! The upstream wing: getting an answer from an instance or an endpoint. [`forward`] asks the
+//! The upstream wing: getting an answer from an instance or an endpoint. [`open`] asks the
 //! scheduler for an instance ([`scheduler_client`]) and opens the answer there, by a call in
 //! process ([`local`]), over the lean HTTP/1.1 client ([`http1_client`]) or with reqwest, as one
 //! [`answer`]; [`retry`] says what is retried, how often and after what backoff, and
@@ -8,8 +8,8 @@
 pub mod answer;
 pub mod breaker;
 pub mod engine_request;
-pub mod forward;
 pub mod http1_client;
 pub mod local;
+pub mod open;
 pub mod retry;
 pub mod scheduler_client;

@@ -6,8 +6,8 @@
 //! needs a block and none is free, the newest running sequence is preempted: its blocks are
 //! released (their cached prefixes stay findable) and it is recomputed later.
 
-mod scheduler;
+mod batcher;
 mod sequence;
 
-pub use scheduler::{BatchScheduler, Schedule, SchedulerLimits};
+pub use batcher::{BatchLimits, BatchPlan, Batcher};
 pub use sequence::{SeqId, SeqStatus, SeqTimes, Sequence};

@@ -37,9 +37,9 @@ const ENGINE_PING_INTERVAL: Duration = Duration::from_secs(10);
 /// How long a pong may take before the connection (and each answer on it) counts as broken.
 const ENGINE_PING_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How a forwarder behaves.
+/// How a opener behaves.
 #[derive(Debug, Clone)]
-pub struct ForwardSettings {
+pub struct OpenSettings {
     /// Retries on other instances before the first byte.
     pub retries: u32,
     /// How long an instance may take to send its response headers.
@@ -55,7 +55,7 @@ pub struct ForwardSettings {
 }
 
 /// Opens answers from the pool (through a scheduler) and from external endpoints.
-pub struct Forwarder {
+pub struct Opener {
     client: reqwest::Client,
     /// The client for switchyard engines over HTTP/2, when the settings ask for it.
     engine_http2_client: reqwest::Client,
@@ -65,7 +65,7 @@ pub struct Forwarder {
     local: LocalEngines,
     scheduler: SchedulerClient,
     gateway_id: String,
-    settings: ForwardSettings,
+    settings: OpenSettings,
     retry: RetryPolicy,
     metrics: Arc<GatewayMetrics>,
     breakers: Breakers,
@@ -133,13 +133,13 @@ pub struct PoolAsk<'a> {
     pub deadline: tokio::time::Instant,
 }
 
-impl Forwarder {
-    /// A forwarder over `scheduler`, identifying itself as `gateway_id`, calling the `local`
+impl Opener {
+    /// A opener over `scheduler`, identifying itself as `gateway_id`, calling the `local`
     /// engines in process.
     pub fn new(
         scheduler: SchedulerClient,
         gateway_id: String,
-        settings: ForwardSettings,
+        settings: OpenSettings,
         metrics: Arc<GatewayMetrics>,
         local: LocalEngines,
     ) -> reqwest::Result<Self> {
@@ -160,7 +160,7 @@ impl Forwarder {
             .http2_keep_alive_interval(ENGINE_PING_INTERVAL)
             .http2_keep_alive_timeout(ENGINE_PING_TIMEOUT)
             .http2_keep_alive_while_idle(true);
-        Ok(Forwarder {
+        Ok(Opener {
             client: http1().build()?,
             engine_http2_client: engine_http2_client.build()?,
             pool_client: Http1Client::new(CONNECT_TIMEOUT, switchyard_http::CLIENT_IDLE_TIMEOUT),

@@ -1,4 +1,4 @@
-//! The batch scheduler: owns every live sequence and plans each step.
+//! The batcher: owns every live sequence and plans each step.
 
 use super::sequence::{SeqId, SeqStatus, Sequence};
 use crate::kv::BlockPool;
@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 /// Limits of one step and of the waiting queue.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SchedulerLimits {
+pub struct BatchLimits {
     /// Tokens computed in one step, over all sequences.
     pub max_num_batched_tokens: usize,
     /// Sequences running at once.
@@ -16,7 +16,7 @@ pub struct SchedulerLimits {
 
 /// The plan of one step.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Schedule {
+pub struct BatchPlan {
     /// Sequences and how many tokens each computes, running ones first.
     pub scheduled: Vec<(SeqId, usize)>,
     /// Sequences admitted for the first time in this step.
@@ -27,7 +27,7 @@ pub struct Schedule {
     pub preempted: Vec<SeqId>,
 }
 
-impl Schedule {
+impl BatchPlan {
     /// Tokens computed in the step.
     pub fn num_tokens(&self) -> usize {
         self.scheduled.iter().map(|(_, n)| n).sum()
@@ -36,17 +36,17 @@ impl Schedule {
 
 /// Owns the live sequences: running ones in admission order, waiting ones by (priority, arrival).
 #[derive(Debug)]
-pub struct BatchScheduler {
-    limits: SchedulerLimits,
+pub struct Batcher {
+    limits: BatchLimits,
     seqs: FxHashMap<SeqId, Sequence>,
     running: Vec<SeqId>,
     waiting: BTreeMap<(i64, u64), SeqId>,
 }
 
-impl BatchScheduler {
+impl Batcher {
     /// An empty scheduler.
-    pub fn new(limits: SchedulerLimits) -> Self {
-        BatchScheduler {
+    pub fn new(limits: BatchLimits) -> Self {
+        Batcher {
             limits,
             seqs: FxHashMap::default(),
             running: Vec::new(),
@@ -55,7 +55,7 @@ impl BatchScheduler {
     }
 
     /// The step limits.
-    pub fn limits(&self) -> SchedulerLimits {
+    pub fn limits(&self) -> BatchLimits {
         self.limits
     }
 
@@ -128,8 +128,8 @@ impl BatchScheduler {
     }
 
     /// Plans the next step: takes blocks for every scheduled token, preempting when short.
-    pub fn schedule(&mut self, pool: &mut BlockPool) -> Schedule {
-        let mut plan = Schedule::default();
+    pub fn plan(&mut self, pool: &mut BlockPool) -> BatchPlan {
+        let mut plan = BatchPlan::default();
         let mut budget = self.limits.max_num_batched_tokens;
         self.schedule_running(pool, &mut budget, &mut plan);
         if plan.preempted.is_empty() {
@@ -138,7 +138,7 @@ impl BatchScheduler {
         plan
     }
 
-    fn schedule_running(&mut self, pool: &mut BlockPool, budget: &mut usize, plan: &mut Schedule) {
+    fn schedule_running(&mut self, pool: &mut BlockPool, budget: &mut usize, plan: &mut BatchPlan) {
         let block_size = pool.block_size();
         let mut i = 0;
         while i < self.running.len() && *budget > 0 {
@@ -195,7 +195,7 @@ impl BatchScheduler {
         self.waiting.insert((seq.priority, seq.arrival_order), id);
     }
 
-    fn admit_waiting(&mut self, pool: &mut BlockPool, budget: &mut usize, plan: &mut Schedule) {
+    fn admit_waiting(&mut self, pool: &mut BlockPool, budget: &mut usize, plan: &mut BatchPlan) {
         let block_size = pool.block_size();
         while *budget > 0 && self.running.len() < self.limits.max_num_seqs {
             let Some((&key, &id)) = self.waiting.iter().next() else {
