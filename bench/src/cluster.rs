@@ -329,158 +329,189 @@ impl Cluster {
         for (i, r) in requests.iter().enumerate() {
             self.queue(r.at, Happening::Arrival(i));
         }
-        let (mut prompt_total, mut cached_total, mut steps) = (0usize, 0usize, 0u64);
-        let mut unlimited = UnlimitedCache::default();
-        let mut prediction_errors = Vec::new();
-        let mut end = 0.0f64;
+        let mut tally = Tally::default();
         while let Some(event) = self.events.pop() {
             let now = event.time;
             match event.happening {
                 Happening::Arrival(i) => {
-                    let request = &requests[i];
-                    let prompt = prompt_tokens(&request.prompt, words, tokenizer);
-                    let track = &mut tracks[i];
-                    if prompt.is_empty()
-                        || prompt.len() + request.max_tokens as usize > self.max_model_len
-                    {
-                        track.outcome.error = Some("prompt_too_long".into());
+                    let prompt = prompt_tokens(&requests[i].prompt, words, tokenizer);
+                    let placed = self.arrive(i, prompt, requests[i].max_tokens, now, &mut tally);
+                    if let Err(error) = placed {
+                        let track = &mut tracks[i];
+                        track.outcome.error = Some(error);
                         progress.inc(1);
                         if miss(track) {
                             return None;
                         }
-                        continue;
-                    }
-                    self.scheduler.tick(now);
-                    let ask = ScheduleRequest {
-                        request_id: i.to_string(),
-                        model: self.model.clone(),
-                        prompt_tokens: prompt.len() as u32,
-                        block_hashes: block_hashes(&prompt, self.block_size),
-                        max_tokens: request.max_tokens,
-                        priority: 0,
-                        infer_stage: InferStage::Neutral,
-                        exclude: Vec::new(),
-                        gateway: None,
-                        released: Vec::new(),
-                    };
-                    let placement = match self.scheduler.schedule(&ask, now) {
-                        Ok(p) => p,
-                        Err(e) => {
-                            track.outcome.error = Some(format!("schedule_{}", e.label()));
-                            progress.inc(1);
-                            if miss(track) {
-                                return None;
-                            }
-                            continue;
-                        }
-                    };
-                    unlimited.query(&ask.block_hashes, prompt.len(), self.block_size);
-                    let n = self
-                        .nodes
-                        .iter()
-                        .position(|node| node.id == placement.decision.instance_id)
-                        .expect("the scheduler places on known instances");
-                    let added = self.nodes[n].core.add(
-                        NewSeq {
-                            request_id: i.to_string(),
-                            prompt,
-                            sampling: SamplingParams::greedy(),
-                            stop: StopParams {
-                                max_tokens: request.max_tokens,
-                                ignore_eos: true,
-                                ..StopParams::default()
-                            },
-                            priority: 0,
-                        },
-                        now,
-                    );
-                    match added {
-                        Ok(seq) => {
-                            self.nodes[n].requests.insert(seq, i);
-                            self.publish(n, now, Vec::new());
-                            self.start_step(n, now);
-                        }
-                        Err(AddError::QueueFull) => {
-                            self.scheduler.release(&i.to_string());
-                            track.outcome.error = Some("queue_full".into());
-                            progress.inc(1);
-                            if miss(track) {
-                                return None;
-                            }
-                        }
                     }
                 }
                 Happening::StepEnd(n) => {
-                    steps += 1;
-                    let (plan, output) = self.nodes[n]
-                        .running
-                        .take()
-                        .expect("a step end follows a step start");
-                    let report = self.nodes[n].core.complete(plan, output, now);
-                    for seq_event in report.events {
-                        match seq_event {
-                            SeqEvent::Token(seq, _) => {
-                                let Some(&i) = self.nodes[n].requests.get(&seq) else {
-                                    continue;
-                                };
-                                let t = &mut tracks[i];
-                                t.outcome.output_tokens += 1;
-                                match t.last_token {
-                                    None => {
-                                        t.outcome.ttft = Some(now - t.arrival);
-                                        t.last_token = Some(now);
-                                        if miss(t) {
-                                            return None;
-                                        }
-                                    }
-                                    Some(last) => {
-                                        t.outcome.itls.push(now - last);
-                                        t.last_token = Some(now);
-                                    }
-                                }
-                            }
-                            SeqEvent::Finished(finished) => {
-                                let Some(i) = self.nodes[n].requests.remove(&finished.seq) else {
-                                    continue;
-                                };
-                                let t = &mut tracks[i];
-                                t.outcome.e2e = now - t.arrival;
-                                t.outcome.prompt_tokens = finished.prompt_tokens as u32;
-                                prompt_total += finished.prompt_tokens;
-                                cached_total += finished.cached_tokens;
-                                let observed = Observed {
-                                    ttft_ms: t.outcome.ttft.map(|s| s * 1e3),
-                                    tpot_ms: t.outcome.tpot().map(|s| s * 1e3),
-                                };
-                                prediction_errors
-                                    .push(self.scheduler.finish(&finished.request_id, &observed));
-                                end = end.max(now);
-                                progress.inc(1);
-                                if miss(t) {
-                                    return None;
-                                }
-                            }
+                    for i in self.end_step(n, now, &mut tracks, &mut tally, progress) {
+                        if miss(&mut tracks[i]) {
+                            return None;
                         }
                     }
-                    self.publish(n, now, vec![report.sample]);
-                    self.start_step(n, now);
                 }
             }
         }
         let start = requests.first().map_or(0.0, |r| r.at);
         Some(SimRun {
             outcomes: tracks.into_iter().map(|t| t.outcome).collect(),
-            duration: (end - start).max(0.0),
-            prefix_cache_hit_rate: if prompt_total == 0 {
+            duration: (tally.end - start).max(0.0),
+            prefix_cache_hit_rate: if tally.prompt_tokens == 0 {
                 0.0
             } else {
-                cached_total as f64 / prompt_total as f64
+                tally.cached_tokens as f64 / tally.prompt_tokens as f64
             },
-            unlimited_prefix_cache_hit_rate: unlimited.hit_rate(),
-            steps,
-            prediction_errors,
+            unlimited_prefix_cache_hit_rate: tally.unlimited.hit_rate(),
+            steps: tally.steps,
+            prediction_errors: tally.prediction_errors,
         })
     }
+
+    /// Request `i` (its `prompt`, generating `max_tokens`) arrives at `now`: placed by the
+    /// scheduler and added to the chosen engine, or the error its client would see.
+    fn arrive(
+        &mut self,
+        i: usize,
+        prompt: Vec<u32>,
+        max_tokens: u32,
+        now: f64,
+        tally: &mut Tally,
+    ) -> Result<(), String> {
+        if prompt.is_empty() || prompt.len() + max_tokens as usize > self.max_model_len {
+            return Err("prompt_too_long".into());
+        }
+        self.scheduler.tick(now);
+        let ask = ScheduleRequest {
+            request_id: i.to_string(),
+            model: self.model.clone(),
+            prompt_tokens: prompt.len() as u32,
+            block_hashes: block_hashes(&prompt, self.block_size),
+            max_tokens,
+            priority: 0,
+            infer_stage: InferStage::Neutral,
+            exclude: Vec::new(),
+            gateway: None,
+            released: Vec::new(),
+        };
+        let placement = self
+            .scheduler
+            .schedule(&ask, now)
+            .map_err(|e| format!("schedule_{}", e.label()))?;
+        tally
+            .unlimited
+            .query(&ask.block_hashes, prompt.len(), self.block_size);
+        let n = self
+            .nodes
+            .iter()
+            .position(|node| node.id == placement.decision.instance_id)
+            .expect("the scheduler places on known instances");
+        let added = self.nodes[n].core.add(
+            NewSeq {
+                request_id: i.to_string(),
+                prompt,
+                sampling: SamplingParams::greedy(),
+                stop: StopParams {
+                    max_tokens,
+                    ignore_eos: true,
+                    ..StopParams::default()
+                },
+                priority: 0,
+            },
+            now,
+        );
+        match added {
+            Ok(seq) => {
+                self.nodes[n].requests.insert(seq, i);
+                self.publish(n, now, Vec::new());
+                self.start_step(n, now);
+                Ok(())
+            }
+            Err(AddError::QueueFull) => {
+                self.scheduler.release(&i.to_string());
+                Err("queue_full".into())
+            }
+        }
+    }
+
+    /// Engine `n`'s step ends at `now`: its tokens and finished requests go to their tracks,
+    /// and its next step starts. Returns the tracks that got their first token or finished
+    /// (whose SLOs can now be judged).
+    fn end_step(
+        &mut self,
+        n: usize,
+        now: f64,
+        tracks: &mut [Track],
+        tally: &mut Tally,
+        progress: &ProgressBar,
+    ) -> Vec<usize> {
+        tally.steps += 1;
+        let (plan, output) = self.nodes[n]
+            .running
+            .take()
+            .expect("a step end follows a step start");
+        let report = self.nodes[n].core.complete(plan, output, now);
+        let mut judged = Vec::new();
+        for seq_event in report.events {
+            match seq_event {
+                SeqEvent::Token(seq, _) => {
+                    let Some(&i) = self.nodes[n].requests.get(&seq) else {
+                        continue;
+                    };
+                    let t = &mut tracks[i];
+                    t.outcome.output_tokens += 1;
+                    match t.last_token {
+                        None => {
+                            t.outcome.ttft = Some(now - t.arrival);
+                            judged.push(i);
+                        }
+                        Some(last) => t.outcome.itls.push(now - last),
+                    }
+                    t.last_token = Some(now);
+                }
+                SeqEvent::Finished(finished) => {
+                    let Some(i) = self.nodes[n].requests.remove(&finished.seq) else {
+                        continue;
+                    };
+                    let t = &mut tracks[i];
+                    t.outcome.e2e = now - t.arrival;
+                    t.outcome.prompt_tokens = finished.prompt_tokens as u32;
+                    tally.prompt_tokens += finished.prompt_tokens;
+                    tally.cached_tokens += finished.cached_tokens;
+                    let observed = Observed {
+                        ttft_ms: t.outcome.ttft.map(|s| s * 1e3),
+                        tpot_ms: t.outcome.tpot().map(|s| s * 1e3),
+                    };
+                    tally
+                        .prediction_errors
+                        .push(self.scheduler.finish(&finished.request_id, &observed));
+                    tally.end = tally.end.max(now);
+                    progress.inc(1);
+                    judged.push(i);
+                }
+            }
+        }
+        self.publish(n, now, vec![report.sample]);
+        self.start_step(n, now);
+        judged
+    }
+}
+
+/// What a run counts as it goes.
+#[derive(Default)]
+struct Tally {
+    /// Prompt tokens of finished requests, and how many of them were cached.
+    prompt_tokens: usize,
+    cached_tokens: usize,
+    /// Steps simulated.
+    steps: u64,
+    /// When the last request finished.
+    end: f64,
+    /// The scheduler's prediction errors, one per finished request.
+    prediction_errors: Vec<PredictionErrors>,
+    /// What one unlimited shared cache would have hit.
+    unlimited: UnlimitedCache,
 }
 
 /// A prefix cache that never evicts, shared by every request: the bound on what placement can

@@ -120,7 +120,33 @@ pub fn workloads(
             }),
         });
     }
-    let generators: [(&str, MakeRequests); 4] = [
+    for (name, make) in generators(words, count, seconds, seed) {
+        if wanted(name) {
+            out.push(SuiteWorkload {
+                name: name.to_string(),
+                make,
+            });
+        }
+    }
+    for name in &args.suite_only {
+        if !out.iter().any(|w| &w.name == name)
+            && !notes.iter().any(|n| n.starts_with(name.as_str()))
+        {
+            anyhow::bail!("--suite-only {name:?}: no such workload in the suite");
+        }
+    }
+    Ok((out, notes))
+}
+
+/// The suite's generated workloads, each making `count(rate)` requests (sessions spread over
+/// `seconds`) from `seed`.
+fn generators(
+    words: &Words,
+    count: impl Fn(f64) -> usize + Copy + Send + Sync + 'static,
+    seconds: f64,
+    seed: u64,
+) -> [(&'static str, MakeRequests); 4] {
+    [
         ("multi-turn", {
             let words = words.clone();
             Box::new(move |rate| {
@@ -191,23 +217,7 @@ pub fn workloads(
                 )
             })
         }),
-    ];
-    for (name, make) in generators {
-        if wanted(name) {
-            out.push(SuiteWorkload {
-                name: name.to_string(),
-                make,
-            });
-        }
-    }
-    for name in &args.suite_only {
-        if !out.iter().any(|w| &w.name == name)
-            && !notes.iter().any(|n| n.starts_with(name.as_str()))
-        {
-            anyhow::bail!("--suite-only {name:?}: no such workload in the suite");
-        }
-    }
-    Ok((out, notes))
+    ]
 }
 
 /// One policy on one workload: its highest rate inside the SLOs and its sweep.

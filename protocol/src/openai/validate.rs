@@ -66,16 +66,24 @@ fn range(param: &str, value: Option<f64>, lo: f64, hi: f64, default: f64) -> Res
     Ok(v as f32)
 }
 
-/// Checks the sampling and stopping fields every route shares, with `max_tokens` and `logprobs`
-/// from the route's own fields and token ids against a vocabulary of `vocab_size`.
+/// Checks the sampling and stopping fields every route shares, with the model's `defaults` where
+/// the request is silent, `max_tokens` and `logprobs` from the route's own fields, and token ids
+/// against a vocabulary of `vocab_size`.
 pub fn check_fields(
     f: &SamplingFields,
+    defaults: &SamplingDefaults,
     max_tokens: Option<i64>,
     logprobs: Option<i64>,
     vocab_size: usize,
 ) -> Result<CheckedFields, ApiError> {
-    let temperature = range("temperature", f.temperature, 0.0, 2.0, 1.0)?;
-    let top_p = range("top_p", f.top_p, 0.0, 1.0, 1.0)?;
+    let temperature = range(
+        "temperature",
+        f.temperature.or(defaults.temperature),
+        0.0,
+        2.0,
+        1.0,
+    )?;
+    let top_p = range("top_p", f.top_p.or(defaults.top_p), 0.0, 1.0, 1.0)?;
     if top_p <= 0.0 {
         return Err(ApiError::invalid_param(
             "top_p",
@@ -86,7 +94,7 @@ pub fn check_fields(
     let presence_penalty = range("presence_penalty", f.presence_penalty, -2.0, 2.0, 0.0)?;
     let frequency_penalty = range("frequency_penalty", f.frequency_penalty, -2.0, 2.0, 0.0)?;
     let repetition_penalty = range("repetition_penalty", f.repetition_penalty, 0.01, 100.0, 1.0)?;
-    let top_k = match f.top_k.unwrap_or(0) {
+    let top_k = match f.top_k.or(defaults.top_k).unwrap_or(0) {
         -1 | 0 => 0,
         k if k > 0 && k <= u32::MAX as i64 => k as u32,
         k => {
@@ -254,18 +262,6 @@ pub struct SamplingDefaults {
     pub top_k: Option<i64>,
 }
 
-impl SamplingDefaults {
-    /// `f` with these defaults filled in where it is silent.
-    fn fill(&self, f: &SamplingFields) -> SamplingFields {
-        SamplingFields {
-            temperature: f.temperature.or(self.temperature),
-            top_p: f.top_p.or(self.top_p),
-            top_k: f.top_k.or(self.top_k),
-            ..f.clone()
-        }
-    }
-}
-
 /// Checks a `/v1/completions` request's generation fields (its prompt is checked as it is
 /// tokenized, against the model's length by [`settle_max_tokens`]).
 pub fn check_completion(
@@ -280,7 +276,8 @@ pub fn check_completion(
         ));
     }
     let fields = check_fields(
-        &defaults.fill(&req.sampling),
+        &req.sampling,
+        defaults,
         req.max_tokens,
         req.logprobs,
         vocab_size,
@@ -328,7 +325,8 @@ pub fn check_chat(
         ));
     }
     check_fields(
-        &defaults.fill(&req.sampling),
+        &req.sampling,
+        defaults,
         req.max_completion_tokens.or(req.max_tokens),
         top,
         vocab_size,
