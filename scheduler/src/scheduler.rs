@@ -415,22 +415,7 @@ impl Scheduler {
         if !soft.is_empty() {
             candidates = soft;
         }
-        let chosen = match policy {
-            Policy::RoundRobin => {
-                self.round_robin = self.round_robin.wrapping_add(1);
-                (self.round_robin % candidates.len() as u64) as usize
-            }
-            Policy::PowerOfTwo => {
-                let a = self.rng.random_range(0..candidates.len());
-                let b = self.rng.random_range(0..candidates.len());
-                let keys = [a, b].map(|i| policy.key(&candidates[i].1));
-                [a, b][select(&keys, self.rng.random()).expect("two keys")]
-            }
-            policy => {
-                let keys: Vec<[f64; 3]> = candidates.iter().map(|c| policy.key(&c.1)).collect();
-                select(&keys, self.rng.random()).expect("candidates exist")
-            }
-        };
+        let chosen = choose(policy, &candidates, &mut self.round_robin, &mut self.rng);
         if tracing::enabled!(tracing::Level::DEBUG) {
             log_candidates(&req.request_id, policy, &candidates, chosen);
         }
@@ -594,6 +579,32 @@ fn measured_prefill_seconds(fit: &StepTimeFit, steps: &[StepSample]) -> f64 {
             (s.step_seconds - decode_only).clamp(0.0, s.step_seconds.max(0.0))
         })
         .sum()
+}
+
+/// The candidate `policy` picks: the next in turn, the better of two random ones, or the best
+/// key (ties broken by a draw).
+fn choose(
+    policy: Policy,
+    candidates: &[(&InstanceState, CandidateMetrics)],
+    round_robin: &mut u64,
+    rng: &mut SmallRng,
+) -> usize {
+    match policy {
+        Policy::RoundRobin => {
+            *round_robin = round_robin.wrapping_add(1);
+            (*round_robin % candidates.len() as u64) as usize
+        }
+        Policy::PowerOfTwo => {
+            let a = rng.random_range(0..candidates.len());
+            let b = rng.random_range(0..candidates.len());
+            let keys = [a, b].map(|i| policy.key(&candidates[i].1));
+            [a, b][select(&keys, rng.random()).expect("two keys")]
+        }
+        policy => {
+            let keys: Vec<[f64; 3]> = candidates.iter().map(|c| policy.key(&c.1)).collect();
+            select(&keys, rng.random()).expect("candidates exist")
+        }
+    }
 }
 
 /// The best candidate after the chosen one (removed from `candidates`), with its predictions.
