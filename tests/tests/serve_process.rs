@@ -336,6 +336,12 @@ async fn bad_input_gets_an_openai_error_and_changes_nothing() {
             400,
         ),
         (
+            "unknown message role",
+            "/v1/chat/completions",
+            br#"{"messages": [{"role": "wizard", "content": "x"}]}"#.to_vec(),
+            400,
+        ),
+        (
             "empty stop string",
             "/v1/completions",
             br#"{"prompt": "x", "stop": [""]}"#.to_vec(),

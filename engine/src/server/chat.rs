@@ -4,88 +4,13 @@ use super::errors::{HttpError, OpenAiJson};
 use super::generation::{Generation, TokenLogprobs};
 use super::params::GenerationParams;
 use super::{check_model, sse_response, wants_token_ids, Payload, RequestId, ResponseShape};
-use crate::chat_template::{TemplateInput, TemplateMessage};
 use crate::instance::Instance;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use std::sync::Arc;
 use switchyard_protocol::openai::*;
-
-/// Flattens messages to text, rejecting what the template cannot take.
-pub fn template_messages(messages: &[ChatMessage]) -> Result<Vec<TemplateMessage>, ApiError> {
-    if messages.is_empty() {
-        return Err(ApiError::invalid_param(
-            "messages",
-            "`messages` must not be empty.",
-        ));
-    }
-    messages
-        .iter()
-        .map(|m| {
-            if !matches!(m.role.as_str(), "system" | "user" | "assistant" | "tool" | "developer") {
-                return Err(ApiError::invalid_param(
-                    "messages",
-                    format!("Unknown message role {:?}.", m.role),
-                ));
-            }
-            let content = match &m.content {
-                None => String::new(),
-                Some(MessageContent::Text(t)) => t.clone(),
-                Some(MessageContent::Parts(parts)) => {
-                    let mut text = String::new();
-                    for part in parts {
-                        match (part.kind.as_str(), &part.text) {
-                            ("text", Some(t)) => text.push_str(t),
-                            (kind, _) => {
-                                return Err(ApiError::invalid_param(
-                                    "messages",
-                                    format!("Content parts of type {kind:?} are not supported; only text parts with `text`."),
-                                ))
-                            }
-                        }
-                    }
-                    text
-                }
-            };
-            Ok(TemplateMessage {
-                role: m.role.clone(),
-                content,
-                tool_calls: m.tool_calls.clone(),
-                tool_call_id: m.tool_call_id.clone(),
-                name: m.name.clone(),
-            })
-        })
-        .collect()
-}
-
-/// Renders and tokenizes a conversation.
-pub fn chat_prompt(
-    instance: &Instance,
-    messages: &[ChatMessage],
-    add_generation_prompt: bool,
-    tools: Option<&serde_json::Value>,
-    extra: serde_json::Map<String, serde_json::Value>,
-) -> Result<Vec<u32>, ApiError> {
-    let messages = template_messages(messages)?;
-    let template = instance.chat_template.as_ref().ok_or_else(|| {
-        ApiError::invalid_request("This model has no chat template; use /v1/completions.")
-    })?;
-    let text = template
-        .render(&TemplateInput {
-            messages: &messages,
-            add_generation_prompt,
-            tools,
-            extra,
-        })
-        .map_err(|e| {
-            ApiError::invalid_param("messages", format!("The chat template failed: {e}"))
-        })?;
-    instance
-        .tokenizer
-        .encode(&text, false)
-        .map_err(|e| ApiError::invalid_param("messages", e.to_string()))
-}
+use switchyard_text::chat_prompt::chat_prompt;
 
 /// Answers a chat completions request.
 pub async fn chat_completions(
@@ -102,21 +27,7 @@ pub async fn chat_completions(
         &instance.generation_defaults.sampling(),
     )?;
     let params = GenerationParams::from_checked(checked, &req.sampling, tok.eos_token_ids());
-    let add_generation_prompt =
-        req.add_generation_prompt.unwrap_or(true) && !req.continue_final_message.unwrap_or(false);
-    let prompt = match &req.prompt_token_ids {
-        Some(ids) => {
-            template_messages(&req.messages)?;
-            token_prompt(ids, tok.vocab_size())?
-        }
-        None => chat_prompt(
-            &instance,
-            &req.messages,
-            add_generation_prompt,
-            req.tools.as_ref(),
-            req.chat_template_kwargs.clone().unwrap_or_default(),
-        )?,
-    };
+    let prompt = chat_prompt(instance.chat_template.as_deref(), &tok, &req)?;
     let max = settle_max_tokens(
         prompt.len(),
         params.max_tokens,

@@ -199,8 +199,9 @@ async fn tokenize(
             .tokenizer
             .encode(&prompt, req.add_special_tokens.unwrap_or(true))
             .map_err(|e| ApiError::invalid_param("prompt", e.to_string()))?,
-        (None, Some(messages)) => chat::chat_prompt(
-            &instance,
+        (None, Some(messages)) => switchyard_text::chat_prompt::render_messages(
+            instance.chat_template.as_deref(),
+            &instance.tokenizer,
             &messages,
             req.add_generation_prompt.unwrap_or(true),
             None,

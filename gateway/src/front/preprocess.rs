@@ -7,9 +7,9 @@ use bytes::Bytes;
 use switchyard_protocol::hashing::block_hashes;
 use switchyard_protocol::openai::{
     check_chat, check_completion, settle_max_tokens, token_prompt, ApiError, ChatCompletionRequest,
-    CompletionRequest, MessageContent, PromptInput, SamplingDefaults,
+    CompletionRequest, PromptInput, SamplingDefaults,
 };
-use switchyard_text::chat_template::{TemplateInput, TemplateMessage};
+use switchyard_text::chat_prompt::chat_prompt;
 
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.is_empty() {
@@ -117,37 +117,7 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
         Route::Chat => {
             let req: ChatCompletionRequest = parse(body)?;
             let checked = check_chat(&req, vocab_size, &defaults)?;
-            let messages: Vec<TemplateMessage> = req
-                .messages
-                .iter()
-                .map(|m| TemplateMessage {
-                    role: m.role.clone(),
-                    content: match &m.content {
-                        None => String::new(),
-                        Some(MessageContent::Text(t)) => t.clone(),
-                        Some(MessageContent::Parts(parts)) => {
-                            parts.iter().filter_map(|p| p.text.clone()).collect()
-                        }
-                    },
-                    tool_calls: m.tool_calls.clone(),
-                    tool_call_id: m.tool_call_id.clone(),
-                    name: m.name.clone(),
-                })
-                .collect();
-            let template = model.chat_template.as_ref().ok_or_else(|| {
-                ApiError::invalid_request("This model has no chat template; use /v1/completions.")
-            })?;
-            let text = template
-                .render(&TemplateInput {
-                    messages: &messages,
-                    add_generation_prompt: req.add_generation_prompt.unwrap_or(true),
-                    tools: req.tools.as_ref(),
-                    extra: req.chat_template_kwargs.clone().unwrap_or_default(),
-                })
-                .map_err(|e| {
-                    ApiError::invalid_param("messages", format!("The chat template failed: {e}"))
-                })?;
-            let ids = encode(model, &text, false)?;
+            let ids = chat_prompt(model.chat_template.as_deref(), &model.tokenizer, &req)?;
             check_length(model, ids.len(), checked.max_tokens)?;
             Ok(Prepared {
                 model: model.name.clone(),

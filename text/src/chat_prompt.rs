@@ -1,0 +1,165 @@
+//! A chat request's prompt, built one way for the gateway and the engines alike: the messages
+//! checked and flattened for the template, the template rendered, the text tokenized. The
+//! gateway hashes exactly the tokens the engine will compute, so its prefix placement matches
+//! the engine's cache, and a conversation the engine would refuse is refused before placement.
+
+use crate::chat_template::{ChatTemplate, TemplateInput, TemplateMessage};
+use crate::tokenizer::Tokenizer;
+use switchyard_protocol::openai::{
+    token_prompt, ApiError, ChatCompletionRequest, ChatMessage, MessageContent,
+};
+
+/// Flattens messages to text, refusing what the template cannot take: no messages, an unknown
+/// role, a content part that is not text.
+pub fn template_messages(messages: &[ChatMessage]) -> Result<Vec<TemplateMessage>, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid_param(
+            "messages",
+            "`messages` must not be empty.",
+        ));
+    }
+    messages
+        .iter()
+        .map(|m| {
+            if !matches!(
+                m.role.as_str(),
+                "system" | "user" | "assistant" | "tool" | "developer"
+            ) {
+                return Err(ApiError::invalid_param(
+                    "messages",
+                    format!("Unknown message role {:?}.", m.role),
+                ));
+            }
+            Ok(TemplateMessage {
+                role: m.role.clone(),
+                content: flat_content(m.content.as_ref())?,
+                tool_calls: m.tool_calls.clone(),
+                tool_call_id: m.tool_call_id.clone(),
+                name: m.name.clone(),
+            })
+        })
+        .collect()
+}
+
+/// A message's content as one text: its text parts joined.
+fn flat_content(content: Option<&MessageContent>) -> Result<String, ApiError> {
+    match content {
+        None => Ok(String::new()),
+        Some(MessageContent::Text(t)) => Ok(t.clone()),
+        Some(MessageContent::Parts(parts)) => {
+            let mut text = String::new();
+            for part in parts {
+                match (part.kind.as_str(), &part.text) {
+                    ("text", Some(t)) => text.push_str(t),
+                    (kind, _) => {
+                        return Err(ApiError::invalid_param(
+                            "messages",
+                            format!("Content parts of type {kind:?} are not supported; only text parts with `text`."),
+                        ))
+                    }
+                }
+            }
+            Ok(text)
+        }
+    }
+}
+
+/// Renders checked `messages` with `template` and tokenizes the text.
+pub fn render_messages(
+    template: Option<&ChatTemplate>,
+    tokenizer: &Tokenizer,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+    tools: Option<&serde_json::Value>,
+    extra: serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<u32>, ApiError> {
+    let messages = template_messages(messages)?;
+    let template = template.ok_or_else(|| {
+        ApiError::invalid_request("This model has no chat template; use /v1/completions.")
+    })?;
+    let text = template
+        .render(&TemplateInput {
+            messages: &messages,
+            add_generation_prompt,
+            tools,
+            extra,
+        })
+        .map_err(|e| {
+            ApiError::invalid_param("messages", format!("The chat template failed: {e}"))
+        })?;
+    tokenizer
+        .encode(&text, false)
+        .map_err(|e| ApiError::invalid_param("messages", e.to_string()))
+}
+
+/// The token ids of a chat request's prompt: its `prompt_token_ids` when it gives them (its
+/// messages still checked), else its messages rendered with `template` and tokenized
+/// (`continue_final_message` leaves the generation prompt out).
+pub fn chat_prompt(
+    template: Option<&ChatTemplate>,
+    tokenizer: &Tokenizer,
+    req: &ChatCompletionRequest,
+) -> Result<Vec<u32>, ApiError> {
+    if let Some(ids) = &req.prompt_token_ids {
+        template_messages(&req.messages)?;
+        return token_prompt(ids, tokenizer.vocab_size());
+    }
+    let add_generation_prompt =
+        req.add_generation_prompt.unwrap_or(true) && !req.continue_final_message.unwrap_or(false);
+    render_messages(
+        template,
+        tokenizer,
+        &req.messages,
+        add_generation_prompt,
+        req.tools.as_ref(),
+        req.chat_template_kwargs.clone().unwrap_or_default(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chat_template::CHATML_TEMPLATE;
+    use crate::tokenizer::builtin_tokenizer;
+
+    fn request(body: serde_json::Value) -> ChatCompletionRequest {
+        serde_json::from_value(body).unwrap()
+    }
+
+    #[test]
+    fn the_prompt_follows_the_request_and_bad_messages_are_refused() {
+        let template = ChatTemplate::new(CHATML_TEMPLATE).unwrap();
+        let tok = builtin_tokenizer();
+        let msgs = serde_json::json!([{"role": "user", "content": "hello there"}]);
+        let plain = chat_prompt(
+            Some(&template),
+            &tok,
+            &request(serde_json::json!({"messages": msgs})),
+        )
+        .unwrap();
+        let continued = chat_prompt(
+            Some(&template),
+            &tok,
+            &request(serde_json::json!({"messages": msgs, "continue_final_message": true})),
+        )
+        .unwrap();
+        assert!(continued.len() < plain.len(), "no generation prompt");
+        let ids = chat_prompt(
+            Some(&template),
+            &tok,
+            &request(serde_json::json!({"messages": msgs, "prompt_token_ids": [5, 6, 7]})),
+        )
+        .unwrap();
+        assert_eq!(ids, vec![5, 6, 7]);
+        for bad in [
+            serde_json::json!({"messages": []}),
+            serde_json::json!({"messages": [{"role": "wizard", "content": "x"}]}),
+            serde_json::json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+            serde_json::json!({"messages": msgs, "prompt_token_ids": [-1]}),
+        ] {
+            let e = chat_prompt(Some(&template), &tok, &request(bad.clone())).unwrap_err();
+            assert_eq!(e.status, 400, "{bad}");
+        }
+        assert!(chat_prompt(None, &tok, &request(serde_json::json!({"messages": msgs}))).is_err());
+    }
+}
