@@ -2,7 +2,9 @@
 //! SGLang, FastDeploy, MindIE). What those metrics tell is filled in: request counts and KV
 //! usage, and, between two scrapes, a decode step sample: the mean inter-token latency over the
 //! interval at the running batch size. Prefill queues stay empty. `# TYPE` lines are optional in
-//! the text format; families without one are read as untyped.
+//! the text format; families without one are read as untyped. A page is read family by family
+//! ([`parse_families`]): a family the parser cannot take (MindIE's TTFT histogram without
+//! `_sum`, a family cut off mid-page) is skipped and reported, and the rest of the page counts.
 
 use crate::cms::EngineKind;
 use openmetrics_parser::prometheus::parse_prometheus;
@@ -56,6 +58,79 @@ fn with_type_lines(text: &str) -> Cow<'_, str> {
     }
 }
 
+/// A family of a page that could not be read, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SkippedFamily {
+    /// The family's name.
+    pub family: String,
+    /// What the parser said.
+    pub error: String,
+}
+
+/// The family a line of a page belongs to: the name a `# HELP` or `# TYPE` line declares, or a
+/// sample's metric name, less a histogram's or summary's suffix when the base is declared.
+fn family_of<'a>(line: &'a str, declared: &HashSet<&str>) -> Option<&'a str> {
+    if let Some(rest) = line
+        .strip_prefix("# TYPE ")
+        .or_else(|| line.strip_prefix("# HELP "))
+    {
+        return rest.split_whitespace().next();
+    }
+    if line.starts_with('#') || line.trim().is_empty() {
+        return None;
+    }
+    let name = line
+        .split(|c: char| c == '{' || c.is_whitespace())
+        .next()
+        .unwrap_or_default();
+    if declared.contains(name) {
+        return Some(name);
+    }
+    Some(
+        SAMPLE_SUFFIXES
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|base| declared.contains(base)))
+            .unwrap_or(name),
+    )
+}
+
+/// Parses a page family by family, as Prometheus' own scraper tolerates pages: a family that
+/// cannot be read (a histogram without `_sum`, a cut-off family) is skipped and reported, never
+/// the whole page; a page without a final newline is read as if it had one.
+pub fn parse_families(text: &str) -> (Exposition, Vec<SkippedFamily>) {
+    let declared: HashSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split_whitespace().next())
+        .collect();
+    let mut blocks: Vec<(&str, String)> = Vec::new();
+    for line in text.lines() {
+        let Some(family) = family_of(line, &declared) else {
+            continue;
+        };
+        match blocks.last_mut() {
+            Some((name, block)) if *name == family => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            _ => blocks.push((family, format!("{line}\n"))),
+        }
+    }
+    let mut exp = Exposition {
+        families: Default::default(),
+    };
+    let mut skipped = Vec::new();
+    for (family, block) in blocks {
+        match parse_prometheus(&with_type_lines(&block)) {
+            Ok(parsed) => exp.families.extend(parsed.families),
+            Err(e) => skipped.push(SkippedFamily {
+                family: family.to_string(),
+                error: format!("{e:?}"),
+            }),
+        }
+    }
+    (exp, skipped)
+}
+
 /// The sum of a gauge's (or counter's) samples, if the family exists.
 fn value(exp: &Exposition, name: &str) -> Option<f64> {
     let family = exp.families.get(name)?;
@@ -103,9 +178,11 @@ fn itl_histogram(kind: EngineKind) -> &'static [&'static str] {
 }
 
 /// What a scrape source remembers between scrapes to turn counters into step samples.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ScrapeMemory {
     itl: Option<(f64, f64)>,
+    /// The families the latest scrape could not read.
+    pub skipped: Vec<SkippedFamily>,
 }
 
 /// A label of the first sample of a family (info metrics).
@@ -125,8 +202,8 @@ pub fn status_from_metrics(
     block_size: u32,
     memory: &mut ScrapeMemory,
 ) -> Result<EngineStatus, String> {
-    let exp = parse_prometheus(&with_type_lines(text))
-        .map_err(|e| format!("unreadable metrics: {e:?}"))?;
+    let (exp, skipped) = parse_families(text);
+    memory.skipped = skipped;
     let need = |name: &str| value(&exp, name).ok_or_else(|| format!("{name} is missing"));
     let mut status = EngineStatus {
         block_size,

@@ -85,3 +85,77 @@ fn two_scrapes_make_a_decode_step_sample() {
         step.step_seconds
     );
 }
+
+/// A page captured from a real engine (`tests/fixtures/engine-metrics`, provenance in its
+/// README).
+fn captured(name: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/tests/fixtures/engine-metrics/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+#[test]
+fn real_pages_are_read_family_by_family() {
+    let read = |name: &str, kind: EngineKind| {
+        let mut memory = ScrapeMemory::default();
+        let status = status_from_metrics(kind, &captured(name), 16, &mut memory)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let skipped: Vec<String> = memory.skipped.iter().map(|s| s.family.clone()).collect();
+        (status, skipped)
+    };
+    // vLLM V0, a page whose last line has no newline: capacity from cache_config_info.
+    let (s, skipped) = read("vllm-v0-2024-06-datadog-opt125m.txt", EngineKind::Vllm);
+    assert_eq!(s.total_kv_tokens, 7281 * 16);
+    assert!(skipped.is_empty(), "{skipped:?}");
+    // vLLM V1 on Ascend: old and new names side by side, `*_created` gauge families,
+    // summaries, scientific notation, `engine="0"`, 128-token blocks.
+    let (s, skipped) = read(
+        "vllm-0.10.x-v1-ascend-pymotor-qwen25-05b.txt",
+        EngineKind::Vllm,
+    );
+    assert_eq!((s.block_size, s.total_kv_tokens), (128, 72_474 * 128));
+    assert_eq!(s.used_kv_tokens, 128, "1.38e-5 of the cache");
+    assert!(skipped.is_empty(), "{skipped:?}");
+    let (s, skipped) = read("sglang-0.3.x-docs-llama31-8b-idle.txt", EngineKind::Sglang);
+    assert_eq!((s.num_running, s.num_waiting, s.used_kv_tokens), (0, 0, 0));
+    assert!(skipped.is_empty(), "{skipped:?}");
+    // MindIE: a TTFT histogram without `_sum` is skipped, and the page still reads.
+    let (s, skipped) = read(
+        "mindie-motor-coordinator-docs-llama3-8b.txt",
+        EngineKind::MindIe,
+    );
+    assert_eq!(skipped, vec!["time_to_first_token_seconds".to_string()]);
+    assert_eq!(
+        s.used_kv_tokens, s.total_kv_tokens,
+        "npu_cache_usage_perc 1"
+    );
+    let (s, skipped) = read(
+        "mindie-motor-testdata-single-node-llama65b.txt",
+        EngineKind::MindIe,
+    );
+    assert_eq!(
+        s.used_kv_tokens * 10,
+        s.total_kv_tokens,
+        "npu_cache_usage_perc 0.1"
+    );
+    assert!(skipped.is_empty(), "{skipped:?}");
+}
+
+#[test]
+fn fragments_of_real_pages_never_panic() {
+    let dir = format!(
+        "{}/tests/fixtures/engine-metrics",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "txt") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            for kind in [EngineKind::Vllm, EngineKind::Sglang, EngineKind::MindIe] {
+                let _ = status_from_metrics(kind, &text, 16, &mut ScrapeMemory::default());
+            }
+        }
+    }
+}

@@ -164,6 +164,7 @@ pub async fn scrape_instance(
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut memory = ScrapeMemory::default();
+    let mut reported_skips = Vec::new();
     while service.has_instance(&id) {
         ticks.tick().await;
         let page = match client
@@ -176,7 +177,20 @@ pub async fn scrape_instance(
             _ => None,
         };
         match page.map(|text| status_from_metrics(kind, &text, block_size, &mut memory)) {
-            Some(Ok(status)) => service.on_status(&id, status),
+            Some(Ok(status)) => {
+                // Said once, when the families a page cannot give change (scrapes are frequent).
+                if memory.skipped != reported_skips {
+                    for skip in &memory.skipped {
+                        tracing::warn!(
+                            "{id}: /metrics family {} skipped: {}",
+                            skip.family,
+                            skip.error
+                        );
+                    }
+                    reported_skips.clone_from(&memory.skipped);
+                }
+                service.on_status(&id, status)
+            }
             Some(Err(e)) => {
                 tracing::warn!("{id}: {e}");
                 service.on_unreachable(&id);
