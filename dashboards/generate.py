@@ -247,6 +247,10 @@ def component_dashboard():
             description="Placed and not yet released by their gateway.")
     d.rate("Reclaimed requests", "scheduler_reclaimed_requests_total", "",
            description="Released because their gateway went silent (killed or cut off).")
+    d.rate("Unreadable /metrics families", "scheduler_scrape_errors_total", "instance, family",
+           unit="short",
+           description="Families of a scraped engine's page that could not be read and were "
+                       "skipped (the rest of the page counts), per scrape.")
     d.latency("Scheduling work", "request_full_mode_schedule_duration_milliseconds", "ms")
     d.latency("Prefix index lookup", "request_query_prefix_cache_hit_duration_milliseconds", "ms",
               description="Looking a request's block hashes up in the prefix index.")

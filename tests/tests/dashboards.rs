@@ -38,6 +38,10 @@ const EVENT_FAMILIES: &[(&str, &str)] = &[
         "scheduler_scheduling_failed_total",
         "a request cannot be placed",
     ),
+    (
+        "scheduler_scrape_errors_total",
+        "a scraped engine's page has a family that cannot be read",
+    ),
 ];
 
 fn dashboards() -> Vec<(String, Value)> {

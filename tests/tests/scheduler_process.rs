@@ -294,3 +294,42 @@ async fn instances_are_found_by_dns_name() {
     }
     panic!("{expected} was not discovered through DNS");
 }
+
+/// A stand-in for a MindIE server serving the page captured from MindIE's own docs (its TTFT
+/// histogram has no `_sum`).
+async fn captured_mindie() -> String {
+    use axum::routing::get;
+    const PAGE: &str = include_str!(
+        "../../scheduler/tests/fixtures/engine-metrics/mindie-motor-coordinator-docs-llama3-8b.txt"
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let models = json!({"object": "list", "data": [{"id": "llama3-8b", "object": "model"}]});
+    let app = axum::Router::new()
+        .route("/metrics", get(|| async { PAGE }))
+        .route("/v1/models", get(move || async move { axum::Json(models) }));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+#[tokio::test]
+async fn a_page_with_an_unreadable_family_still_schedules_and_the_family_is_counted() {
+    let mindie = captured_mindie().await;
+    let scheduler = Process::scheduler(&["--instances", &format!("mindie@{mindie}")]).await;
+    let client = reqwest::Client::new();
+    until_schedulable(&client, &scheduler.url(0), 1).await;
+    let metrics = client
+        .get(format!("{}/metrics", scheduler.url(0)))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let counted = metrics.lines().any(|l| {
+        l.starts_with("scheduler_scrape_errors_total{")
+            && l.contains("family=\"time_to_first_token_seconds\"")
+            && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) >= Some(1.0)
+    });
+    assert!(counted, "{metrics}");
+}

@@ -58,6 +58,7 @@ pub struct SchedulerMetrics {
     failed: IntCounterVec,
     tracked: IntGauge,
     reclaimed: IntCounter,
+    scrape_errors: IntCounterVec,
     duration: Histogram,
     query_prefix: Histogram,
     calc_prefix: Histogram,
@@ -131,6 +132,14 @@ impl SchedulerMetrics {
             "Placed requests released because their gateway went silent.",
         )?;
         reg.register(Box::new(reclaimed.clone()))?;
+        let scrape_errors = IntCounterVec::new(
+            Opts::new(
+                "scheduler_scrape_errors_total",
+                "Metric families of scraped engines' /metrics pages that could not be read and were skipped (the rest of the page counts), by instance and family.",
+            ),
+            &["instance", "family"],
+        )?;
+        reg.register(Box::new(scrape_errors.clone()))?;
         let failed = IntCounterVec::new(
             Opts::new(
                 "scheduler_scheduling_failed_total",
@@ -306,6 +315,7 @@ impl SchedulerMetrics {
             failed,
             tracked,
             reclaimed,
+            scrape_errors,
             cms,
             lrs,
             registry: reg,
@@ -372,6 +382,15 @@ impl SchedulerMetrics {
             if let Some(e) = error {
                 histogram.observe(e);
             }
+        }
+    }
+
+    /// Counts the families of instance `id`'s latest page that could not be read.
+    pub fn on_scrape_skipped(&self, id: &str, families: &[crate::scrape::SkippedFamily]) {
+        for skipped in families {
+            self.scrape_errors
+                .with_label_values(&[id, skipped.family.as_str()])
+                .inc();
         }
     }
 

@@ -93,6 +93,11 @@ impl SchedulerService {
             .on_refresh_status(started.elapsed().as_secs_f64() * 1e3);
     }
 
+    /// Instance `id`'s latest `/metrics` page had families that could not be read.
+    pub fn on_scrape_skipped(&self, id: &str, families: &[crate::scrape::SkippedFamily]) {
+        self.metrics.on_scrape_skipped(id, families);
+    }
+
     /// An instance could not be reached.
     pub fn on_unreachable(&self, id: &str) {
         self.core().on_unreachable(id);

@@ -178,6 +178,7 @@ pub async fn scrape_instance(
         };
         match page.map(|text| status_from_metrics(kind, &text, block_size, &mut memory)) {
             Some(Ok(status)) => {
+                service.on_scrape_skipped(&id, &memory.skipped);
                 // Said once, when the families a page cannot give change (scrapes are frequent).
                 if memory.skipped != reported_skips {
                     for skip in &memory.skipped {
