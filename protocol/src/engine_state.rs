@@ -55,8 +55,12 @@ pub struct EngineStatus {
     pub decode_tokens: u64,
     /// KV tokens held by requests (evictable prefix-cache blocks count as free).
     pub used_kv_tokens: u64,
-    /// KV capacity in tokens.
+    /// KV capacity in tokens; 0 when the engine does not say (then only `kv_usage` is known).
     pub total_kv_tokens: u64,
+    /// The share of the KV capacity in use, 0 to 1, from engines that say the share but not
+    /// always the capacity (scraped pages); `None` from engines that count tokens.
+    #[serde(default)]
+    pub kv_usage: Option<f64>,
     /// Tokens per KV block.
     pub block_size: u32,
     /// Token budget of one step.

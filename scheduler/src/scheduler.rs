@@ -648,16 +648,23 @@ fn candidate_metrics(
         + (s.waiting_prefill_tokens + s.running_prefill_tokens) as f64
         + inflight.prompt_tokens as f64;
     let requests = (s.num_running as f64) + queued;
+    // An engine that says its KV usage but not its capacity: the ratio alone (the tokens queued
+    // or on their way cannot be added to a ratio of an unknown total).
+    let unknown_capacity = s.total_kv_tokens == 0;
+    let usage_alone = s.kv_usage.filter(|_| unknown_capacity);
     let mut m = CandidateMetrics {
         requests,
         queued,
-        kv_usage_projected: projected_kv / total,
+        kv_usage_projected: usage_alone.unwrap_or(projected_kv / total),
         all_prefill_tokens: all_prefill,
         decode_batch,
         decode_tokens: s.decode_tokens as f64,
         cached_tokens: ask.cached,
         uncached_tokens: uncached,
-        kv_overflow: projected_kv + ask.prompt + ask.output > total,
+        kv_overflow: match usage_alone {
+            Some(usage) => usage >= 1.0,
+            None => projected_kv + ask.prompt + ask.output > total,
+        },
         ..Default::default()
     };
     let default_fit;

@@ -260,14 +260,15 @@ pub fn status_from_metrics(
         ),
         EngineKind::Switchyard => return Err("switchyard engines publish a state stream".into()),
     };
-    // Without a capacity, keep the usage ratio exact on a nominal million tokens.
-    let total = total.unwrap_or(1_000_000);
+    let usage = usage.clamp(0.0, 1.0);
     status.num_running = running as u32;
     status.num_decoding = running as u32;
     status.num_waiting = waiting as u32;
     status.num_swapped = swapped as u32;
-    status.total_kv_tokens = total;
-    status.used_kv_tokens = (usage.clamp(0.0, 1.0) * total as f64).round() as u64;
+    status.kv_usage = Some(usage);
+    // Where the page says no capacity, it stays unknown (0): no invented number of tokens.
+    status.total_kv_tokens = total.unwrap_or(0);
+    status.used_kv_tokens = (usage * status.total_kv_tokens as f64).round() as u64;
     let itl = itl_histogram(kind)
         .iter()
         .find_map(|name| histogram_totals(&exp, name));
@@ -311,7 +312,11 @@ mod tests {
         let status =
             status_from_metrics(EngineKind::Vllm, text, 16, &mut ScrapeMemory::default()).unwrap();
         assert_eq!((status.num_running, status.num_waiting), (3, 2));
-        assert_eq!(status.used_kv_tokens, 250_000);
+        assert_eq!(status.kv_usage, Some(0.25));
+        assert_eq!(
+            status.total_kv_tokens, 0,
+            "no cache_config_info: capacity unknown"
+        );
         let typed = "# TYPE x gauge\nx 1\n";
         assert!(matches!(with_type_lines(typed), Cow::Borrowed(_)));
     }

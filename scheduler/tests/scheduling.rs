@@ -601,3 +601,26 @@ fn predictive_spreads_short_requests_over_idle_instances_one_of_them_new() {
     }
     assert!(counts.get("i1").copied().unwrap_or(0) > 0, "{counts:?}");
 }
+
+#[test]
+fn an_engine_that_says_only_its_usage_is_placed_by_the_ratio() {
+    // Two engines that report the share of KV in use but not the capacity (scraped pages).
+    let usage = |share: f64| EngineStatus {
+        total_kv_tokens: 0,
+        kv_usage: Some(share),
+        ..idle()
+    };
+    let mut s = cluster(Policy::LeastTokens, 2);
+    s.on_status("i0", usage(0.9), 1.0);
+    s.on_status("i1", usage(0.2), 1.0);
+    let placed = s.schedule(&request("a", &[1, 2, 3]), 1.1).unwrap();
+    assert_eq!(placed.decision.instance_id, "i1");
+    assert!((placed.metrics.kv_usage_projected - 0.2).abs() < 1e-9);
+    assert!(!placed.metrics.kv_overflow);
+    // A full cache is an overflow for the predictive policy, which then goes elsewhere.
+    let mut s = cluster(Policy::Predictive, 2);
+    s.on_status("i0", usage(1.0), 1.0);
+    s.on_status("i1", usage(0.5), 1.0);
+    let placed = s.schedule(&request("b", &[1, 2, 3]), 1.1).unwrap();
+    assert_eq!(placed.decision.instance_id, "i1");
+}

@@ -62,7 +62,12 @@ fn mindie() {
     )
     .unwrap();
     assert_eq!((s.num_running, s.num_waiting, s.num_swapped), (30, 9, 1));
-    assert!((s.used_kv_tokens as f64 / s.total_kv_tokens as f64 - 0.8).abs() < 1e-9);
+    assert_eq!(s.kv_usage, Some(0.8));
+    assert_eq!(
+        (s.used_kv_tokens, s.total_kv_tokens),
+        (0, 0),
+        "MindIE says no capacity: unknown"
+    );
 }
 
 #[test]
@@ -117,9 +122,15 @@ fn real_pages_are_read_family_by_family() {
     );
     assert_eq!((s.block_size, s.total_kv_tokens), (128, 72_474 * 128));
     assert_eq!(s.used_kv_tokens, 128, "1.38e-5 of the cache");
+    assert_eq!(s.kv_usage, Some(1.3798051715085968e-05));
     assert!(skipped.is_empty(), "{skipped:?}");
     let (s, skipped) = read("sglang-0.3.x-docs-llama31-8b-idle.txt", EngineKind::Sglang);
-    assert_eq!((s.num_running, s.num_waiting, s.used_kv_tokens), (0, 0, 0));
+    assert_eq!((s.num_running, s.num_waiting), (0, 0));
+    assert_eq!(
+        (s.kv_usage, s.total_kv_tokens),
+        (Some(0.0), 0),
+        "an idle page that says no capacity"
+    );
     assert!(skipped.is_empty(), "{skipped:?}");
     // MindIE: a TTFT histogram without `_sum` is skipped, and the page still reads.
     let (s, skipped) = read(
@@ -127,19 +138,12 @@ fn real_pages_are_read_family_by_family() {
         EngineKind::MindIe,
     );
     assert_eq!(skipped, vec!["time_to_first_token_seconds".to_string()]);
-    assert_eq!(
-        s.used_kv_tokens, s.total_kv_tokens,
-        "npu_cache_usage_perc 1"
-    );
+    assert_eq!((s.kv_usage, s.total_kv_tokens), (Some(1.0), 0));
     let (s, skipped) = read(
         "mindie-motor-testdata-single-node-llama65b.txt",
         EngineKind::MindIe,
     );
-    assert_eq!(
-        s.used_kv_tokens * 10,
-        s.total_kv_tokens,
-        "npu_cache_usage_perc 0.1"
-    );
+    assert_eq!((s.kv_usage, s.total_kv_tokens), (Some(0.1), 0));
     assert!(skipped.is_empty(), "{skipped:?}");
 }
 
