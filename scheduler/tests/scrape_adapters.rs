@@ -148,18 +148,58 @@ fn real_pages_are_read_family_by_family() {
 }
 
 #[test]
-fn fragments_of_real_pages_never_panic() {
-    let dir = format!(
-        "{}/tests/fixtures/engine-metrics",
-        env!("CARGO_MANIFEST_DIR")
+fn fragments_of_real_pages_read_as_far_as_they_go() {
+    // Two partial vLLM pages hold every family a status needs.
+    let mut memory = ScrapeMemory::default();
+    let page = captured("vllm-0.7.x-v0-aibrix-runtime-docs-partial.txt");
+    let s = status_from_metrics(EngineKind::Vllm, &page, 16, &mut memory).unwrap();
+    assert_eq!(
+        (s.num_running, s.num_waiting, s.kv_usage),
+        (0, 0, Some(0.0))
     );
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "txt") {
-            let text = std::fs::read_to_string(&path).unwrap();
-            for kind in [EngineKind::Vllm, EngineKind::Sglang, EngineKind::MindIe] {
-                let _ = status_from_metrics(kind, &text, 16, &mut ScrapeMemory::default());
-            }
-        }
+    assert!(s.total_kv_tokens > 0, "from cache_config_info");
+    let cut: Vec<&str> = memory.skipped.iter().map(|f| f.family.as_str()).collect();
+    assert_eq!(cut, ["vllm:iteration_tokens_total"], "cut off mid-family");
+    let page = captured("vllm-0.8.x-v1-production-stack-issue318-fragment.txt");
+    let s = status_from_metrics(EngineKind::Vllm, &page, 16, &mut ScrapeMemory::default()).unwrap();
+    assert_eq!(
+        (s.num_running, s.num_waiting, s.kv_usage),
+        (0, 0, Some(0.0))
+    );
+    assert_eq!(
+        s.total_kv_tokens, 0,
+        "no cache_config_info in the fragment: unknown"
+    );
+    // The others end before a family a status needs, and say which.
+    for (name, kind, missing) in [
+        (
+            "vllm-0.10.0-v1-production-stack-issue617-fragment.txt",
+            EngineKind::Vllm,
+            "vllm:num_requests_running",
+        ),
+        (
+            "sglang-dp8-aibrix-issue1614-fragment-a.txt",
+            EngineKind::Sglang,
+            "sglang:token_usage",
+        ),
+        (
+            "sglang-dp8-aibrix-issue1614-fragment-b.txt",
+            EngineKind::Sglang,
+            "sglang:token_usage",
+        ),
+        (
+            "mindie-gpustack-issue1785-fragment-head.txt",
+            EngineKind::MindIe,
+            "num_requests_waiting",
+        ),
+        (
+            "mindie-gpustack-issue1785-fragment-tail.txt",
+            EngineKind::MindIe,
+            "num_requests_running",
+        ),
+    ] {
+        let e = status_from_metrics(kind, &captured(name), 16, &mut ScrapeMemory::default())
+            .unwrap_err();
+        assert_eq!(e, format!("{missing} is missing"), "{name}");
     }
 }
