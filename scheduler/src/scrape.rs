@@ -18,30 +18,42 @@ type Exposition = MetricsExposition<PrometheusType, PrometheusValue>;
 /// Suffixes of the samples of a histogram or summary family after its name.
 const SAMPLE_SUFFIXES: [&str; 3] = ["_bucket", "_sum", "_count"];
 
+/// The family names a page declares with `# TYPE` lines.
+fn declared_names(text: &str) -> HashSet<&str> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split_whitespace().next())
+        .collect()
+}
+
+/// The metric name of a sample line.
+fn sample_name(line: &str) -> &str {
+    line.split(|c: char| c == '{' || c.is_whitespace())
+        .next()
+        .unwrap_or_default()
+}
+
+/// The declared family a sample named `name` belongs to: the name itself, or a histogram's or
+/// summary's base name less the sample's suffix.
+fn declared_family<'a>(name: &'a str, declared: &HashSet<&str>) -> Option<&'a str> {
+    if declared.contains(name) {
+        return Some(name);
+    }
+    SAMPLE_SUFFIXES
+        .iter()
+        .find_map(|s| name.strip_suffix(s).filter(|base| declared.contains(base)))
+}
+
 /// `text` with a `# TYPE NAME untyped` line before the first sample of each family that has no
 /// `# TYPE` line: the parser starts a family only at a `# TYPE` line, and exporters may leave
 /// them out.
 fn with_type_lines(text: &str) -> Cow<'_, str> {
-    let mut declared: HashSet<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE ")?.split_whitespace().next())
-        .collect();
-    let is_declared = |declared: &HashSet<&str>, name: &str| {
-        declared.contains(name)
-            || SAMPLE_SUFFIXES.iter().any(|s| {
-                name.strip_suffix(s)
-                    .is_some_and(|base| declared.contains(base))
-            })
-    };
+    let mut declared = declared_names(text);
     let mut out = String::new();
     let mut added = false;
     for line in text.lines() {
         let sample = !line.starts_with('#') && !line.trim().is_empty();
-        let name = line
-            .split(|c: char| c == '{' || c.is_whitespace())
-            .next()
-            .unwrap_or_default();
-        if sample && !is_declared(&declared, name) {
+        let name = sample_name(line);
+        if sample && declared_family(name, &declared).is_none() {
             out.push_str("# TYPE ");
             out.push_str(name);
             out.push_str(" untyped\n");
@@ -68,7 +80,7 @@ pub struct SkippedFamily {
 }
 
 /// The family a line of a page belongs to: the name a `# HELP` or `# TYPE` line declares, or a
-/// sample's metric name, less a histogram's or summary's suffix when the base is declared.
+/// sample's declared family (every sample has one once [`with_type_lines`] ran).
 fn family_of<'a>(line: &'a str, declared: &HashSet<&str>) -> Option<&'a str> {
     if let Some(rest) = line
         .strip_prefix("# TYPE ")
@@ -79,29 +91,16 @@ fn family_of<'a>(line: &'a str, declared: &HashSet<&str>) -> Option<&'a str> {
     if line.starts_with('#') || line.trim().is_empty() {
         return None;
     }
-    let name = line
-        .split(|c: char| c == '{' || c.is_whitespace())
-        .next()
-        .unwrap_or_default();
-    if declared.contains(name) {
-        return Some(name);
-    }
-    Some(
-        SAMPLE_SUFFIXES
-            .iter()
-            .find_map(|s| name.strip_suffix(s).filter(|base| declared.contains(base)))
-            .unwrap_or(name),
-    )
+    let name = sample_name(line);
+    Some(declared_family(name, declared).unwrap_or(name))
 }
 
 /// Parses a page family by family, as Prometheus' own scraper tolerates pages: a family that
 /// cannot be read (a histogram without `_sum`, a cut-off family) is skipped and reported, never
 /// the whole page; a page without a final newline is read as if it had one.
 pub fn parse_families(text: &str) -> (Exposition, Vec<SkippedFamily>) {
-    let declared: HashSet<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE ")?.split_whitespace().next())
-        .collect();
+    let text = with_type_lines(text);
+    let declared = declared_names(&text);
     let mut blocks: Vec<(&str, String)> = Vec::new();
     for line in text.lines() {
         let Some(family) = family_of(line, &declared) else {
@@ -120,7 +119,7 @@ pub fn parse_families(text: &str) -> (Exposition, Vec<SkippedFamily>) {
     };
     let mut skipped = Vec::new();
     for (family, block) in blocks {
-        match parse_prometheus(&with_type_lines(&block)) {
+        match parse_prometheus(&block) {
             Ok(parsed) => exp.families.extend(parsed.families),
             Err(e) => skipped.push(SkippedFamily {
                 family: family.to_string(),

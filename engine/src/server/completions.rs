@@ -12,9 +12,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use switchyard_protocol::openai::*;
 
-/// OpenAI's default `max_tokens` for completions.
-const DEFAULT_MAX_TOKENS: u32 = 16;
-
 /// Answers a completions request.
 pub async fn completions(
     State(instance): State<Arc<Instance>>,
@@ -41,7 +38,7 @@ pub async fn completions(
         let max = settle_max_tokens(
             ids.len(),
             params.max_tokens,
-            Some(DEFAULT_MAX_TOKENS),
+            Some(COMPLETION_MAX_TOKENS),
             instance.info.max_model_len,
         )?;
         prompts.push((ids, max));

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use switchyard_protocol::hashing::block_hashes;
 use switchyard_protocol::openai::{
     check_chat, check_completion, settle_max_tokens, token_prompt, ApiError, ChatCompletionRequest,
-    CompletionRequest, PromptInput, SamplingDefaults,
+    CompletionRequest, PromptInput, SamplingDefaults, COMPLETION_MAX_TOKENS,
 };
 use switchyard_text::chat_prompt::chat_prompt;
 
@@ -61,9 +61,6 @@ pub async fn prepare_off_worker(
         .await
         .map_err(|e| ApiError::internal(format!("Preparing the request failed: {e}")))?
 }
-
-/// The engines' default `max_tokens` of a completion (vLLM's), which placement plans for.
-const COMPLETION_MAX_TOKENS: u32 = 16;
 
 /// Checks that a prompt and the tokens asked of it fit the model's length, where it is known.
 fn check_length(

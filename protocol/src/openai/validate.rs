@@ -46,6 +46,8 @@ pub struct CheckedFields {
     pub continuous_usage: bool,
 }
 
+/// OpenAI's default `max_tokens` of a `/v1/completions` request (vLLM's too).
+pub const COMPLETION_MAX_TOKENS: u32 = 16;
 /// Most choices per prompt.
 pub const MAX_N: i64 = 128;
 /// Most stop strings.
