@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use switchyard_engine::config::EngineArgs;
 use switchyard_engine::instance::Instance;
+use switchyard_gateway::front::model_book::ModelBook;
 use switchyard_gateway::front::server::router;
 use switchyard_gateway::launcher::GatewayFlags;
 use switchyard_gateway::shared::ServedModel;
@@ -58,10 +59,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let drain_timeout = args.engine.drain_timeout();
     let served = ServedModel {
         name: parts[0].info.model_name.clone(),
-        tokenizer: parts[0].tokenizer.clone(),
+        tokenizer: Some(parts[0].tokenizer.clone()),
         chat_template: parts[0].chat_template.clone(),
         block_size: args.engine.block_size,
         max_model_len: Some(parts[0].info.max_model_len),
+        defaults: parts[0].generation_defaults.sampling(),
     };
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut instances = Vec::new();
@@ -122,8 +124,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             ticking.tick();
         }
     });
+    let name = served.name.clone();
     let gateway = args.gateway.build(
-        vec![served],
+        Arc::new(ModelBook::new(vec![served])),
+        false,
         SchedulerClient::InProcess(scheduler.clone()),
         format!("serve-{}", std::process::id()),
         Some(scheduler),
@@ -135,7 +139,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(
         "switchyard serving {} on http://{} ({} engines: {})",
-        gateway.models[0].name,
+        name,
         listener.local_addr()?,
         urls.len(),
         urls.join(", ")

@@ -227,6 +227,7 @@ impl EngineArgs {
                         index,
                         model_name: model_name.clone(),
                         max_model_len,
+                        block_size: self.block_size,
                         max_body_bytes: self.max_body_bytes,
                     },
                     core,

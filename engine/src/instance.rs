@@ -41,6 +41,8 @@ pub struct InstanceInfo {
     pub model_name: String,
     /// Longest prompt plus output.
     pub max_model_len: usize,
+    /// Tokens per KV block.
+    pub block_size: usize,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
 }

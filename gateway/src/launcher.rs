@@ -2,9 +2,11 @@
 //! scheduler, with the served model's tokenizer and chat template loaded here.
 
 use crate::front::admission::{Admission, AdmissionArgs};
+use crate::front::model_book::ModelBook;
 use crate::front::routes::{self, RouteTable, Routes};
 use crate::front::server::{router, Gateway};
 use crate::metrics::GatewayMetrics;
+use crate::model_learner::ModelLearner;
 use crate::shared::ServedModel;
 use crate::upstream::local::LocalEngines;
 use crate::upstream::open::{OpenSettings, Opener};
@@ -32,13 +34,21 @@ pub struct GatewayArgs {
     /// Base URL of the scheduler.
     #[arg(long, env = "SWITCHYARD_SCHEDULER")]
     pub scheduler: String,
-    /// The engines' model directory (for its tokenizer and chat template), or `builtin`.
-    #[arg(long, env = "SWITCHYARD_MODEL", default_value = "builtin")]
-    pub model: String,
-    /// The name clients use for it (default: the directory's name, or `switchyard-builtin`).
+    /// The engines' model directory (for its tokenizer and chat template), or `builtin`, to
+    /// serve that one model. Without it (and without --served-model-name) the gateway serves
+    /// the models its scheduler's instances serve, learned from switchyard engines.
+    #[arg(long, env = "SWITCHYARD_MODEL")]
+    pub model: Option<String>,
+    /// The name clients use for --model (default: the directory's name, or
+    /// `switchyard-builtin`).
     #[arg(long, env = "SWITCHYARD_SERVED_MODEL_NAME")]
     pub served_model_name: Option<String>,
-    /// Tokens per block of the prefix hashes (the engines' block size).
+    /// `NAME=DIR`: the tokenizer and chat template of model NAME, for a gateway that learns its
+    /// models and a model that only other engines (vLLM, SGLang) serve. Repeatable.
+    #[arg(long = "tokenizer", value_name = "NAME=DIR")]
+    pub tokenizers: Vec<String>,
+    /// Tokens per block of the prefix hashes (the engines' block size); checked against the
+    /// scheduler's at start.
     #[arg(long, env = "SWITCHYARD_BLOCK_SIZE", default_value_t = 16)]
     pub block_size: usize,
     /// Routing, retries, deadlines, keys, rates and concurrency.
@@ -109,19 +119,22 @@ fn extra_roots(path: &Path) -> anyhow::Result<Vec<reqwest::Certificate>> {
 }
 
 impl GatewayFlags {
-    /// A gateway over `models` of the pool, asking `scheduler` as `gateway_id`, with
+    /// A gateway over `models` of the pool (`learning`: filled in later by a
+    /// [`ModelLearner`]), asking `scheduler` as `gateway_id`, with
     /// `in_process_scheduler` (in `serve`) behind its `/metrics` and `/v1/instances` and the
     /// `local` engines (in `serve`) called in process; watches the route config, if any.
     pub fn build(
         &self,
-        models: Vec<ServedModel>,
+        models: Arc<ModelBook>,
+        learning: bool,
         scheduler: SchedulerClient,
         gateway_id: String,
         in_process_scheduler: Option<Arc<dyn ScheduleApi>>,
         local: LocalEngines,
     ) -> anyhow::Result<Arc<Gateway>> {
-        let pool: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
+        let pool = models.names();
         let routes = Arc::new(match &self.route_config {
+            _ if learning => Routes::awaiting_pool(self.route_config.clone()),
             Some(path) => Routes::from_file(path.clone(), pool)?,
             None => Routes::new(RouteTable::pool_only(pool)),
         });
@@ -162,35 +175,93 @@ impl GatewayFlags {
 }
 
 impl GatewayArgs {
-    /// The served model these flags describe.
+    /// Whether the gateway learns its models from the engines (no model named by flag).
+    pub fn learns_models(&self) -> bool {
+        self.model.is_none() && self.served_model_name.is_none()
+    }
+
+    /// The one served model these flags name (`--model`, `builtin` when only a name is given).
     pub fn served_model(&self) -> anyhow::Result<ServedModel> {
-        let (tokenizer, template, default_name) = match self.model.as_str() {
-            "builtin" => (
-                builtin_tokenizer(),
-                Some(ChatTemplate::new(CHATML_TEMPLATE)?),
-                BUILTIN_MODEL_NAME.to_string(),
-            ),
-            dir => {
-                let path = Path::new(dir);
-                let (tokenizer, template) = load_tokenizer_and_template(path, &[])?;
-                let name = path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().to_string())
-                    .unwrap_or_else(|| dir.to_string());
-                (Arc::new(tokenizer), template, name)
-            }
+        let dir = self.model.as_deref().unwrap_or("builtin");
+        let mut model = match dir {
+            "builtin" => ServedModel {
+                name: BUILTIN_MODEL_NAME.to_string(),
+                tokenizer: Some(builtin_tokenizer()),
+                chat_template: Some(Arc::new(ChatTemplate::new(CHATML_TEMPLATE)?)),
+                block_size: self.block_size,
+                max_model_len: None,
+                defaults: Default::default(),
+            },
+            dir => self.model_dir(dir, None)?,
         };
-        if self.block_size == 0 {
-            anyhow::bail!("--block-size must be positive");
+        if let Some(name) = &self.served_model_name {
+            model.name.clone_from(name);
         }
+        Ok(model)
+    }
+
+    /// The models given tokenizers by `--tokenizer NAME=DIR`.
+    pub fn given_tokenizers(&self) -> anyhow::Result<Vec<ServedModel>> {
+        self.tokenizers
+            .iter()
+            .map(|entry| match entry.split_once('=') {
+                Some((name, dir)) if !name.is_empty() && !dir.is_empty() => {
+                    self.model_dir(dir, Some(name))
+                }
+                _ => anyhow::bail!("--tokenizer {entry:?} is not NAME=DIR"),
+            })
+            .collect()
+    }
+
+    /// The model in directory `dir`, named `name` or after the directory.
+    fn model_dir(&self, dir: &str, name: Option<&str>) -> anyhow::Result<ServedModel> {
+        let path = Path::new(dir);
+        let (tokenizer, template) = load_tokenizer_and_template(path, &[])?;
+        let name = name.map(str::to_string).unwrap_or_else(|| {
+            path.file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_else(|| dir.to_string())
+        });
         Ok(ServedModel {
-            name: self.served_model_name.clone().unwrap_or(default_name),
-            tokenizer,
+            name,
+            tokenizer: Some(Arc::new(tokenizer)),
             chat_template: template.map(Arc::new),
             block_size: self.block_size,
             max_model_len: None,
+            defaults: Default::default(),
         })
     }
+}
+
+/// How long a starting gateway tries to reach its scheduler to compare block sizes.
+const SETTINGS_TRIES: u32 = 5;
+
+/// The scheduler's block size; fails when it differs from `block_size` (the gateway's, for
+/// a gateway that hashes with its own), `None` when the scheduler cannot be reached yet.
+async fn agree_on_block_size(
+    scheduler: &RemoteScheduler,
+    block_size: Option<usize>,
+) -> anyhow::Result<Option<usize>> {
+    for attempt in 1..=SETTINGS_TRIES {
+        match scheduler.settings().await {
+            Ok(settings) => {
+                let theirs = settings.block_size as usize;
+                if let Some(ours) = block_size.filter(|&ours| ours != theirs) {
+                    anyhow::bail!(
+                        "the gateway's --block-size is {ours} and the scheduler's is {theirs}: \
+                         prefix hashes would not match the scheduler's index; start both (and \
+                         the engines) with the same block size"
+                    );
+                }
+                return Ok(Some(theirs));
+            }
+            Err(e) if attempt == SETTINGS_TRIES => {
+                tracing::warn!("cannot read the scheduler's settings to compare block sizes: {e}");
+            }
+            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+    Ok(None)
 }
 
 /// Runs the gateway until `shutdown` resolves, then lets the requests under way finish (each
@@ -199,27 +270,54 @@ pub async fn run(
     args: GatewayArgs,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let served = args.served_model()?;
+    if args.block_size == 0 {
+        anyhow::bail!("--block-size must be positive");
+    }
+    let learning = args.learns_models();
+    let (models, given) = if learning {
+        (Vec::new(), args.given_tokenizers()?)
+    } else {
+        (vec![args.served_model()?], Vec::new())
+    };
     let gateway_id = format!("gateway-{}-{}", std::process::id(), rand::random::<u32>());
-    let scheduler = SchedulerClient::Remote(RemoteScheduler::start(
+    let remote = RemoteScheduler::start(
         &args.scheduler,
         gateway_id.clone(),
         args.gateway.admin.admin_key.clone(),
-    ));
+    );
+    let scheduler_block_size =
+        agree_on_block_size(&remote, (!learning).then_some(args.block_size)).await?;
+    let book = Arc::new(ModelBook::new(models));
     let gateway = args.gateway.build(
-        vec![served],
-        scheduler,
+        book.clone(),
+        learning,
+        SchedulerClient::Remote(remote.clone()),
         gateway_id,
         None,
         LocalEngines::default(),
     )?;
+    if learning {
+        ModelLearner::new(
+            remote,
+            given,
+            scheduler_block_size.unwrap_or(args.block_size),
+            scheduler_block_size,
+            book,
+            gateway.routes.clone(),
+        )
+        .start();
+    }
     let addr = format!("{}:{}", args.host, args.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
+    let serving = if learning {
+        "the models its engines serve".to_string()
+    } else {
+        gateway.models.names().join(", ")
+    };
     tracing::info!(
-        "gateway for {} on http://{} (scheduler {})",
-        gateway.models[0].name,
+        "gateway for {serving} on http://{} (scheduler {})",
         listener.local_addr()?,
         args.scheduler
     );

@@ -7,7 +7,8 @@
 //! - [`relay`]: the answer streams back (resumed elsewhere if its instance breaks), or is
 //!   assembled whole; what the client saw is measured and the dispatch released.
 //! - [`shared`]: the types the wings share. [`metrics`] counts it all; [`launcher`] starts a
-//!   gateway from its flags.
+//!   gateway from its flags; [`model_learner`] keeps the models of a gateway started without
+//!   `--model` in step with what its engines serve.
 //!
 //! Dependencies point down: front uses upstream and relay, relay uses upstream, and all of them
 //! the floor; nothing below imports what is above it.
@@ -15,6 +16,7 @@
 pub mod front;
 pub mod launcher;
 pub mod metrics;
+pub mod model_learner;
 pub mod relay;
 pub mod shared;
 pub mod upstream;

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use switchyard_gateway::front::admission::AdmissionArgs;
+use switchyard_gateway::front::model_book::ModelBook;
 use switchyard_gateway::front::server::router;
 use switchyard_gateway::launcher::GatewayFlags;
 use switchyard_gateway::shared::ServedModel;
@@ -248,14 +249,16 @@ async fn gateway(instances: &[(&str, EngineKind)], flags: GatewayFlags) -> Strin
     }
     let served = ServedModel {
         name: "m".into(),
-        tokenizer: builtin_tokenizer(),
+        tokenizer: Some(builtin_tokenizer()),
         chat_template: None,
         block_size: 16,
         max_model_len: None,
+        defaults: Default::default(),
     };
     let gateway = flags
         .build(
-            vec![served],
+            Arc::new(ModelBook::new(vec![served])),
+            false,
             SchedulerClient::InProcess(scheduler),
             "test-gateway".into(),
             None,

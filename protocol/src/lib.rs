@@ -8,11 +8,13 @@
 //! - [`schedule`]: the schedule API between gateway and scheduler.
 //! - [`secret`]: API keys, compared in constant time and never printed.
 //! - [`clock`]: the Unix-time clock the processes share.
+//! - [`model_description`]: what an engine tells a gateway about the model it serves.
 
 pub mod clock;
 pub mod engine_state;
 pub mod hashing;
 pub mod kv_events;
+pub mod model_description;
 pub mod openai;
 pub mod schedule;
 pub mod secret;

@@ -255,3 +255,13 @@ mod tests {
         assert_eq!(release.observed, Observed::default());
     }
 }
+
+/// The scheduler route that answers its [`SchedulerSettings`] (no key needed).
+pub const SCHEDULER_SETTINGS_PATH: &str = "/v1/scheduler/settings";
+
+/// What a gateway and its scheduler must agree on; a gateway checks it when it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedulerSettings {
+    /// Tokens per block of the prefix hashes the scheduler indexes.
+    pub block_size: u32,
+}

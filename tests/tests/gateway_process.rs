@@ -89,3 +89,44 @@ async fn the_gateway_survives_its_scheduler() {
     }
     assert!(back, "placements return to the scheduler");
 }
+
+#[tokio::test]
+async fn a_gateway_whose_block_size_differs_from_its_schedulers_is_refused_at_start() {
+    let scheduler = Process::scheduler(&[
+        "--instances",
+        "http://127.0.0.1:9",
+        "--startup-wait",
+        "0",
+        "--block-size",
+        "32",
+    ])
+    .await;
+    let mut child = std::process::Command::new(switchyard_tests::binary())
+        .args(["gateway", "--port", "0", "--scheduler", &scheduler.url(0)])
+        .args(["--served-model-name", "m", "--block-size", "16"])
+        .env("RUST_BACKTRACE", "0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let mut status = None;
+    for _ in 0..300 {
+        status = child.try_wait().expect("waits");
+        if status.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let Some(status) = status else {
+        child.kill().expect("kills");
+        panic!("the gateway started although its block size differs from the scheduler's");
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("piped"), &mut stderr)
+        .expect("reads");
+    assert!(!status.success());
+    assert!(
+        stderr.contains("--block-size is 16 and the scheduler's is 32"),
+        "{stderr}"
+    );
+}

@@ -1,7 +1,9 @@
-//! The OpenAI Python SDK against a `switchyard engine` process: chat and completions, streamed
-//! and not, models, and an error.
+//! The OpenAI Python SDK against a `switchyard engine` process, and against the separate-process
+//! quick start (engines, scheduler, and a gateway given no model flag, which learns the model
+//! from the engines): chat and completions, streamed and not, models, and an error.
 
 use std::process::Command;
+use std::time::Duration;
 use switchyard_tests::{python_has, Process};
 
 const SCRIPT: &str = r#"
@@ -37,19 +39,23 @@ except NotFoundError as e:
 print("ok")
 "#;
 
-#[tokio::test]
-async fn the_openai_python_sdk_works() {
-    if !python_has("openai") {
-        assert!(
-            std::env::var("CI").is_err(),
-            "CI installs the openai package"
-        );
-        eprintln!("skipped: pip install openai");
-        return;
+/// Whether the SDK is there (CI installs it; elsewhere the test is skipped with a word).
+fn sdk_present() -> bool {
+    if python_has("openai") {
+        return true;
     }
-    let engine = Process::engine(1, &["--sim-time-scale", "100"]).await;
+    assert!(
+        std::env::var("CI").is_err(),
+        "CI installs the openai package"
+    );
+    eprintln!("skipped: pip install openai");
+    false
+}
+
+/// Runs the SDK script against `base`.
+fn run_script(base: &str) {
     let out = Command::new("python3")
-        .args(["-c", SCRIPT, &engine.url(0)])
+        .args(["-c", SCRIPT, base])
         .output()
         .expect("python3 runs");
     assert!(
@@ -58,4 +64,43 @@ async fn the_openai_python_sdk_works() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[tokio::test]
+async fn the_openai_python_sdk_works() {
+    if !sdk_present() {
+        return;
+    }
+    let engine = Process::engine(1, &["--sim-time-scale", "100"]).await;
+    run_script(&engine.url(0));
+}
+
+#[tokio::test]
+async fn a_gateway_given_no_model_flag_serves_what_its_engines_serve() {
+    if !sdk_present() {
+        return;
+    }
+    // The README's separate-process quick start, as written there.
+    let engines = Process::engine(2, &["--sim-time-scale", "100"]).await;
+    let instances = format!("{},{}", engines.url(0), engines.url(1));
+    let scheduler = Process::scheduler(&["--instances", &instances]).await;
+    let gateway = Process::gateway(&["--scheduler", &scheduler.url(0)]).await;
+    let client = reqwest::Client::new();
+    let mut listed = serde_json::Value::Null;
+    for _ in 0..100 {
+        listed = client
+            .get(format!("{}/v1/models", gateway.url(0)))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if listed["data"].as_array().is_some_and(|d| !d.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(listed["data"][0]["id"], "qwen3-0.6b", "{listed}");
+    run_script(&gateway.url(0));
 }

@@ -4,6 +4,7 @@
 use minijinja::value::Kwargs;
 use minijinja::{Environment, Error, ErrorKind, Value};
 use serde::Serialize;
+use switchyard_protocol::model_description::TemplateSource;
 
 /// The built-in model's template (ChatML, as Qwen models use).
 pub const CHATML_TEMPLATE: &str = "{%- for message in messages %}{{ '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}";
@@ -11,6 +12,8 @@ pub const CHATML_TEMPLATE: &str = "{%- for message in messages %}{{ '<|im_start|
 /// A compiled chat template.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    /// What it was compiled from, for handing it on (a gateway learning an engine's model).
+    source: TemplateSource,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -71,10 +74,31 @@ impl ChatTemplate {
             chrono::Local::now().format(&format).to_string()
         });
         env.add_filter("tojson", python_tojson);
-        env.add_global("bos_token", bos.unwrap_or_default());
-        env.add_global("eos_token", eos.unwrap_or_default());
+        env.add_global("bos_token", bos.clone().unwrap_or_default());
+        env.add_global("eos_token", eos.clone().unwrap_or_default());
         env.add_template_owned("chat", source.to_string())?;
-        Ok(ChatTemplate { env })
+        Ok(ChatTemplate {
+            env,
+            source: TemplateSource {
+                source: source.to_string(),
+                bos_token: bos,
+                eos_token: eos,
+            },
+        })
+    }
+
+    /// Compiles a template handed on by [`ChatTemplate::source`].
+    pub fn from_source(source: &TemplateSource) -> Result<Self, Error> {
+        Self::with_special_tokens(
+            &source.source,
+            source.bos_token.clone(),
+            source.eos_token.clone(),
+        )
+    }
+
+    /// The source and special tokens this template was compiled from.
+    pub fn source(&self) -> &TemplateSource {
+        &self.source
     }
 
     /// The prompt text for a conversation.
@@ -171,6 +195,26 @@ mod tests {
             tool_call_id: None,
             name: None,
         }
+    }
+
+    #[test]
+    fn a_template_handed_on_by_its_source_renders_the_same() {
+        let source =
+            "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}";
+        let original =
+            ChatTemplate::with_special_tokens(source, Some("<s>".into()), Some("</s>".into()))
+                .unwrap();
+        let copy = ChatTemplate::from_source(original.source()).unwrap();
+        let messages = [msg("user", "hi"), msg("assistant", "yo")];
+        let input = TemplateInput {
+            messages: &messages,
+            ..Default::default()
+        };
+        assert_eq!(copy.render(&input).unwrap(), "<s>hi</s>yo</s>");
+        assert_eq!(
+            copy.render(&input).unwrap(),
+            original.render(&input).unwrap()
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ use errors::{BodyLimit, HttpError, OpenAiJson};
 use sse::{sse_response, Payload};
 use std::sync::Arc;
 use switchyard_http::request_id::X_REQUEST_ID;
+use switchyard_protocol::model_description::{ModelDescription, MODEL_DESCRIPTION_PATH};
 use switchyard_protocol::openai::*;
 
 /// The routes of one engine instance.
@@ -30,6 +31,7 @@ pub fn router(instance: Arc<Instance>) -> Router {
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/models", get(models))
+        .route(MODEL_DESCRIPTION_PATH, get(model_description))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/health", get(health))
@@ -180,6 +182,25 @@ async fn models(State(instance): State<Arc<Instance>>) -> Json<ModelList> {
             max_model_len: Some(instance.info.max_model_len as u64),
         }],
     })
+}
+
+/// How this engine handles its model's text, for a gateway that learns it (no `--model` there).
+async fn model_description(
+    State(instance): State<Arc<Instance>>,
+) -> Result<Json<ModelDescription>, HttpError> {
+    let tokenizer_json = instance
+        .tokenizer
+        .to_json()
+        .map_err(|e| HttpError(ApiError::internal(e.to_string())))?;
+    Ok(Json(ModelDescription {
+        name: instance.info.model_name.clone(),
+        block_size: instance.info.block_size,
+        max_model_len: instance.info.max_model_len,
+        tokenizer_json,
+        eos_token_ids: instance.tokenizer.eos_token_ids().to_vec(),
+        chat_template: instance.chat_template.as_ref().map(|t| t.source().clone()),
+        generation_defaults: instance.generation_defaults.sampling(),
+    }))
 }
 
 async fn metrics(State(instance): State<Arc<Instance>>) -> impl IntoResponse {

@@ -7,9 +7,10 @@ use bytes::Bytes;
 use switchyard_protocol::hashing::block_hashes;
 use switchyard_protocol::openai::{
     check_chat, check_completion, settle_max_tokens, token_prompt, ApiError, ChatCompletionRequest,
-    CompletionRequest, PromptInput, SamplingDefaults, COMPLETION_MAX_TOKENS,
+    CompletionRequest, PromptInput, COMPLETION_MAX_TOKENS,
 };
 use switchyard_text::chat_prompt::chat_prompt;
+use switchyard_text::tokenizer::Tokenizer;
 
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.is_empty() {
@@ -24,11 +25,15 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         .map_err(|e| ApiError::invalid_request(format!("Invalid JSON body: {e}")))
 }
 
-fn encode(model: &ServedModel, text: &str, special: bool) -> Result<Vec<u32>, ApiError> {
-    model
-        .tokenizer
+fn encode(tokenizer: &Tokenizer, text: &str, special: bool) -> Result<Vec<u32>, ApiError> {
+    tokenizer
         .encode(text, special)
         .map_err(|e| ApiError::invalid_param("prompt", e.to_string()))
+}
+
+/// About how many tokens `bytes` of text make, where no tokenizer says (four bytes a token).
+pub fn estimated_tokens(bytes: usize) -> u32 {
+    (bytes / 4).min(u32::MAX as usize) as u32
 }
 
 /// The body as a JSON object, and the model it names.
@@ -75,37 +80,50 @@ fn check_length(
 }
 
 /// Prepares a request body for `route` to be served by `model` of the pool: its generation
-/// fields are checked first (the engines' own rules, so a bad request is refused before it is
-/// tokenized or placed), then its prompt is tokenized and hashed.
+/// fields are checked first (the engines' own rules and defaults, so a bad request is refused
+/// before it is tokenized or placed), then its prompt is tokenized and hashed. A model without a
+/// tokenizer keeps the client's text (its token count estimated, no hashes but of token-id
+/// prompts).
 pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepared, ApiError> {
-    let vocab_size = model.tokenizer.vocab_size();
-    // The engines' generation defaults are theirs to apply: here only what the request says.
-    let defaults = SamplingDefaults::default();
+    // Without the tokenizer the vocabulary is unknown: the engine checks token ids itself.
+    let vocab_size = model
+        .tokenizer
+        .as_ref()
+        .map_or(usize::MAX, |t| t.vocab_size());
     match route {
         Route::Completions => {
             let req: CompletionRequest = parse(body)?;
-            let checked = check_completion(&req, vocab_size, &defaults)?;
+            let checked = check_completion(&req, vocab_size, &model.defaults)?;
             let mut prompt_tokens = 0u32;
             let mut prompt_ids = Vec::new();
             for input in req.prompt.into_inputs() {
-                let ids = match input {
-                    PromptInput::Text(text) => encode(model, &text, true)?,
-                    PromptInput::Tokens(ids) => token_prompt(&ids, vocab_size)?,
+                let ids = match (input, &model.tokenizer) {
+                    (PromptInput::Text(text), Some(tokenizer)) => encode(tokenizer, &text, true)?,
+                    (PromptInput::Text(text), None) => {
+                        prompt_tokens += estimated_tokens(text.len());
+                        continue;
+                    }
+                    (PromptInput::Tokens(ids), _) => token_prompt(&ids, vocab_size)?,
                 };
                 check_length(model, ids.len(), checked.max_tokens)?;
                 prompt_tokens += ids.len() as u32;
                 prompt_ids.push(ids);
             }
-            if prompt_ids.is_empty() {
+            if prompt_ids.is_empty() && prompt_tokens == 0 {
                 return Err(ApiError::invalid_param("prompt", "`prompt` is empty."));
+            }
+            let block_hashes = prompt_ids
+                .first()
+                .map(|ids| block_hashes(ids, model.block_size))
+                .unwrap_or_default();
+            if model.tokenizer.is_none() {
+                // The client's body goes upstream as it is.
+                prompt_ids.clear();
             }
             Ok(Prepared {
                 model: model.name.clone(),
                 prompt_tokens,
-                block_hashes: prompt_ids
-                    .first()
-                    .map(|ids| block_hashes(ids, model.block_size))
-                    .unwrap_or_default(),
+                block_hashes,
                 max_tokens: checked.max_tokens.unwrap_or(COMPLETION_MAX_TOKENS),
                 priority: req.sampling.priority.unwrap_or(0),
                 prompt_ids,
@@ -113,8 +131,18 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
         }
         Route::Chat => {
             let req: ChatCompletionRequest = parse(body)?;
-            let checked = check_chat(&req, vocab_size, &defaults)?;
-            let ids = chat_prompt(model.chat_template.as_deref(), &model.tokenizer, &req)?;
+            let checked = check_chat(&req, vocab_size, &model.defaults)?;
+            let Some(tokenizer) = &model.tokenizer else {
+                return Ok(Prepared {
+                    model: model.name.clone(),
+                    prompt_tokens: estimated_tokens(body.len()),
+                    block_hashes: Vec::new(),
+                    max_tokens: checked.max_tokens.unwrap_or(0),
+                    priority: req.sampling.priority.unwrap_or(0),
+                    prompt_ids: Vec::new(),
+                });
+            };
+            let ids = chat_prompt(model.chat_template.as_deref(), tokenizer, &req)?;
             check_length(model, ids.len(), checked.max_tokens)?;
             Ok(Prepared {
                 model: model.name.clone(),
@@ -136,11 +164,37 @@ mod tests {
     fn model() -> ServedModel {
         ServedModel {
             name: "m".into(),
-            tokenizer: builtin_tokenizer(),
+            tokenizer: Some(builtin_tokenizer()),
             chat_template: None,
             block_size: 16,
             max_model_len: Some(100_000),
+            defaults: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_model_without_a_tokenizer_keeps_the_text_and_still_checks_the_fields() {
+        let text_only = ServedModel::text_only("m".into(), 16);
+        let body = br#"{"model": "m", "prompt": "twelve bytes", "max_tokens": 3}"#;
+        let p = prepare(Route::Completions, body, &text_only).unwrap();
+        assert_eq!((p.prompt_tokens, p.max_tokens), (3, 3));
+        assert!(p.prompt_ids.is_empty() && p.block_hashes.is_empty());
+        // Token-id prompts are hashed: their ids are known without a tokenizer.
+        let ids: Vec<u32> = (1..=40).collect();
+        let body = serde_json::json!({"model": "m", "prompt": ids}).to_string();
+        let p = prepare(Route::Completions, body.as_bytes(), &text_only).unwrap();
+        assert_eq!((p.prompt_tokens, p.block_hashes.len()), (40, 2));
+        assert!(p.prompt_ids.is_empty());
+        let chat = br#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#;
+        let p = prepare(Route::Chat, chat, &text_only).unwrap();
+        assert_eq!(p.prompt_tokens, chat.len() as u32 / 4);
+        let bad = br#"{"model": "m", "prompt": "x", "temperature": -1}"#;
+        assert_eq!(
+            prepare(Route::Completions, bad, &text_only)
+                .unwrap_err()
+                .status,
+            400
+        );
     }
 
     #[tokio::test]

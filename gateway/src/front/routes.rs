@@ -289,20 +289,23 @@ impl RouteTable {
     }
 }
 
-/// The route table in force, swapped whole when its file changes.
+/// The route table in force, swapped whole when its file or the pool's models change.
 #[derive(Debug)]
 pub struct Routes {
     current: RwLock<Arc<RouteTable>>,
-    /// The file it is read from, and the pool's models it is checked against.
-    source: Option<(PathBuf, Vec<String>)>,
+    /// The file the table is read from, if any.
+    path: Option<PathBuf>,
+    /// The pool's models the file is checked against.
+    pool: RwLock<Vec<String>>,
 }
 
 impl Routes {
     /// Routes fixed to `table`.
     pub fn new(table: RouteTable) -> Self {
         Routes {
+            pool: RwLock::new(table.pool.clone()),
             current: RwLock::new(Arc::new(table)),
-            source: None,
+            path: None,
         }
     }
 
@@ -311,20 +314,49 @@ impl Routes {
         let table = load(&path, pool.clone())?;
         Ok(Routes {
             current: RwLock::new(Arc::new(table)),
-            source: Some((path, pool)),
+            path: Some(path),
+            pool: RwLock::new(pool),
         })
+    }
+
+    /// Routes of a pool whose models are not known yet (a gateway that learns them): no model
+    /// is served until [`Routes::set_pool`] names some, and the file at `path`, if any, is
+    /// first read then.
+    pub fn awaiting_pool(path: Option<PathBuf>) -> Self {
+        Routes {
+            current: RwLock::new(Arc::new(RouteTable::default())),
+            path,
+            pool: RwLock::new(Vec::new()),
+        }
     }
 
     /// The config file, when the routes come from one.
     pub fn path(&self) -> Option<&Path> {
-        self.source.as_ref().map(|(path, _)| path.as_path())
+        self.path.as_deref()
     }
 
     /// Re-reads the config file and swaps its table in when it checks out; a bad file leaves
     /// the table in force. `None` when the routes come from no file.
     pub fn reload(&self) -> Option<anyhow::Result<()>> {
-        let (path, pool) = self.source.as_ref()?;
-        Some(load(path, pool.clone()).map(|table| self.replace(table)))
+        let path = self.path.as_ref()?;
+        Some(load(path, self.pool()).map(|table| self.replace(table)))
+    }
+
+    /// The pool now serves `pool`: the table is rebuilt for it (from the file, if any; a file
+    /// that no longer checks out leaves the table in force, and the error is returned).
+    pub fn set_pool(&self, pool: Vec<String>) -> anyhow::Result<()> {
+        *self.pool.write().unwrap_or_else(|p| p.into_inner()) = pool.clone();
+        match &self.path {
+            Some(path) => load(path, pool).map(|table| self.replace(table)),
+            None => {
+                self.replace(RouteTable::pool_only(pool));
+                Ok(())
+            }
+        }
+    }
+
+    fn pool(&self) -> Vec<String> {
+        self.pool.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The table in force.

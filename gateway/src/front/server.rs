@@ -2,12 +2,13 @@
 
 use crate::front::admission::{Admission, Admitted};
 use crate::front::guarded_body::GuardedBody;
-use crate::front::preprocess::{prepare, prepare_off_worker, read_body};
+use crate::front::model_book::ModelBook;
+use crate::front::preprocess::{estimated_tokens, prepare, prepare_off_worker, read_body};
 use crate::front::routes::{reload_logged, Routes};
 use crate::metrics::GatewayMetrics;
 use crate::relay::observe::RelayObserver;
 use crate::relay::session::{collect, stream_body, ResumeWith, Session};
-use crate::shared::{deadline_error, Route, ServedModel, Target};
+use crate::shared::{deadline_error, Route, Target};
 use crate::upstream::answer::Answer;
 use crate::upstream::engine_request::UpstreamRequest;
 use crate::upstream::open::Opener;
@@ -37,7 +38,7 @@ const X_SWITCHYARD_INSTANCE: HeaderName = HeaderName::from_static("x-switchyard-
 /// What the routes share.
 pub struct Gateway {
     /// The pool's models.
-    pub models: Vec<ServedModel>,
+    pub models: Arc<ModelBook>,
     /// Where each model's requests go.
     pub routes: Arc<Routes>,
     /// The way to the engines and endpoints.
@@ -163,7 +164,8 @@ async fn admit_and_relay(
         .table()
         .plan(named.as_deref(), rand::random::<f64>)?;
     model.clone_from(&plan.label);
-    let served = |name: &str| gateway.models.iter().find(|m| m.name == name);
+    let models = gateway.models.snapshot();
+    let served = |name: &str| models.iter().find(|m| m.name == name);
     let first_pool = plan.attempts.iter().find_map(|t| match t {
         Target::Pool(m) => served(m),
         Target::External(_) => None,
@@ -172,10 +174,10 @@ async fn admit_and_relay(
         Some(m) => Some(prepare_off_worker(route, &body, m).await?),
         None => None,
     };
-    // Without a tokenizer (external endpoints only), about four bytes make a token.
+    // External endpoints only: no tokenizer counts the prompt.
     let prompt_tokens = prepared
         .as_ref()
-        .map_or(body.len() as u32 / 4, |p| p.prompt_tokens);
+        .map_or(estimated_tokens(body.len()), |p| p.prompt_tokens);
     let preprocess_ms = started.elapsed().as_secs_f64() * 1000.0;
     gateway
         .metrics
@@ -199,7 +201,10 @@ async fn admit_and_relay(
     let upstream = Arc::new(UpstreamRequest::new(
         route,
         map,
-        prepared.as_ref().map(|p| p.prompt_ids.clone()),
+        prepared
+            .as_ref()
+            .map(|p| p.prompt_ids.clone())
+            .filter(|ids| !ids.is_empty()),
     ));
     if let Some(mirror) = &plan.mirror {
         gateway
@@ -227,7 +232,7 @@ async fn admit_and_relay(
             _ => prepare(route, &body, served(name)?).ok()?,
         };
         Some(ResumeWith {
-            tokenizer: served(name)?.tokenizer.clone(),
+            tokenizer: served(name)?.tokenizer.clone()?,
             prepared,
             max_resumes: gateway.max_resumes,
         })

@@ -6,7 +6,8 @@ pub mod raw_object;
 
 use std::pin::Pin;
 use std::sync::Arc;
-use switchyard_protocol::openai::ApiError;
+use switchyard_protocol::model_description::ModelDescription;
+use switchyard_protocol::openai::{ApiError, SamplingDefaults};
 use switchyard_protocol::secret::Secret;
 use switchyard_text::chat_template::ChatTemplate;
 use switchyard_text::tokenizer::Tokenizer;
@@ -17,8 +18,10 @@ use tokio::time::Sleep;
 pub struct ServedModel {
     /// The name clients use.
     pub name: String,
-    /// The engines' tokenizer.
-    pub tokenizer: Arc<Tokenizer>,
+    /// The engines' tokenizer; `None` for engines that take text and whose tokenizer the
+    /// gateway was not given: their requests go as the client sent them, placed without
+    /// prefix hashes.
+    pub tokenizer: Option<Arc<Tokenizer>>,
     /// The engines' chat template, if any.
     pub chat_template: Option<Arc<ChatTemplate>>,
     /// Tokens per block of the hashes.
@@ -26,6 +29,43 @@ pub struct ServedModel {
     /// The engines' context length, where the gateway knows it: prompts and `max_tokens` that
     /// do not fit are refused here rather than by the engine a request was placed on.
     pub max_model_len: Option<usize>,
+    /// The model's defaults for sampling fields a request leaves out, so that the gateway
+    /// checks a request exactly as the engines will.
+    pub defaults: SamplingDefaults,
+}
+
+impl ServedModel {
+    /// The model a switchyard engine describes.
+    pub fn from_description(d: &ModelDescription) -> Result<Self, String> {
+        let tokenizer = Tokenizer::from_json(&d.tokenizer_json, d.eos_token_ids.clone())
+            .map_err(|e| e.to_string())?;
+        let chat_template = d
+            .chat_template
+            .as_ref()
+            .map(ChatTemplate::from_source)
+            .transpose()
+            .map_err(|e| format!("chat template: {e}"))?;
+        Ok(ServedModel {
+            name: d.name.clone(),
+            tokenizer: Some(Arc::new(tokenizer)),
+            chat_template: chat_template.map(Arc::new),
+            block_size: d.block_size,
+            max_model_len: Some(d.max_model_len),
+            defaults: d.generation_defaults,
+        })
+    }
+
+    /// A model whose requests the gateway forwards as text, knowing nothing of its tokens.
+    pub fn text_only(name: String, block_size: usize) -> Self {
+        ServedModel {
+            name,
+            tokenizer: None,
+            chat_template: None,
+            block_size,
+            max_model_len: None,
+            defaults: SamplingDefaults::default(),
+        }
+    }
 }
 
 /// The routes a request can take.
@@ -60,7 +100,8 @@ pub struct Prepared {
     pub max_tokens: u32,
     /// Requested priority.
     pub priority: i64,
-    /// The tokenized prompts (completions: each prompt; chat: the rendered conversation).
+    /// The tokenized prompts (completions: each prompt; chat: the rendered conversation);
+    /// empty for a model without a tokenizer, whose requests go upstream as sent.
     pub prompt_ids: Vec<Vec<u32>>,
 }
 

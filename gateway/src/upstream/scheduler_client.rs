@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{
     EngineKind, GatewayHeartbeat, Observed, ReleaseRequest, Released, ScheduleApi,
-    ScheduleDecision, ScheduleRequest,
+    ScheduleDecision, ScheduleRequest, SchedulerSettings, SCHEDULER_SETTINGS_PATH,
 };
 use switchyard_protocol::secret::Secret;
 
@@ -38,13 +38,20 @@ pub enum SchedulerClient {
     Remote(Arc<RemoteScheduler>),
 }
 
-/// A known instance, for local round-robin while the scheduler is away.
+/// An instance the scheduler listed: for local round-robin while the scheduler is away (the
+/// schedulable ones), and for learning the pool's models.
 #[derive(Debug, Clone, PartialEq)]
-struct KnownInstance {
-    id: String,
-    endpoint: String,
-    model: String,
-    kind: EngineKind,
+pub struct KnownInstance {
+    /// Its id at the scheduler.
+    pub id: String,
+    /// Its base URL.
+    pub endpoint: String,
+    /// The model it serves.
+    pub model: String,
+    /// What kind of engine it is.
+    pub kind: EngineKind,
+    /// Whether it took requests when last listed.
+    pub schedulable: bool,
 }
 
 /// A scheduler reached over HTTP.
@@ -169,17 +176,38 @@ impl RemoteScheduler {
         };
         let known: Vec<KnownInstance> = list
             .iter()
-            .filter(|v| v["schedulable"] == true)
             .filter_map(|v| {
                 Some(KnownInstance {
                     id: v["meta"]["id"].as_str()?.to_string(),
                     endpoint: v["meta"]["endpoint"].as_str()?.to_string(),
                     model: v["meta"]["model"].as_str()?.to_string(),
                     kind: serde_json::from_value(v["meta"]["kind"].clone()).unwrap_or_default(),
+                    schedulable: v["schedulable"] == true,
                 })
             })
             .collect();
         *self.known.lock().unwrap_or_else(|p| p.into_inner()) = known;
+    }
+
+    /// The instances the scheduler listed last (every one, schedulable or not).
+    pub fn known_instances(&self) -> Vec<KnownInstance> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The scheduler's settings, as it answers them now.
+    pub async fn settings(&self) -> Result<SchedulerSettings, String> {
+        let url = format!("{}{SCHEDULER_SETTINGS_PATH}", self.base);
+        let response = self
+            .client
+            .get(&url)
+            .timeout(SCHEDULE_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
+        if !response.status().is_success() {
+            return Err(format!("{url} answered {}", response.status()));
+        }
+        response.json().await.map_err(|e| format!("{url}: {e}"))
     }
 
     fn scheduler_down(&self) -> bool {
@@ -259,7 +287,7 @@ impl RemoteScheduler {
         let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
         let candidates: Vec<&KnownInstance> = known
             .iter()
-            .filter(|k| k.model == req.model && !req.exclude.contains(&k.id))
+            .filter(|k| k.schedulable && k.model == req.model && !req.exclude.contains(&k.id))
             .collect();
         if candidates.is_empty() {
             return Err(ApiError::unavailable(

@@ -254,7 +254,7 @@ fn check_stop_strings(f: &SamplingFields) -> Result<Vec<String>, ApiError> {
 }
 
 /// A model's own defaults for fields a request leaves out (its `generation_config.json`).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SamplingDefaults {
     /// Default temperature.
     pub temperature: Option<f64>,

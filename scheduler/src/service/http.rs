@@ -11,12 +11,12 @@ use switchyard_http::admin::admin_only;
 use switchyard_http::error_response;
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{
-    GatewayHeartbeat, ReleaseRequest, ReportRequest, ScheduleRequest,
+    GatewayHeartbeat, ReleaseRequest, ReportRequest, ScheduleRequest, SCHEDULER_SETTINGS_PATH,
 };
 use switchyard_protocol::secret::Secret;
 
 /// `POST /v1/schedule`, `/v1/release` (one or a JSON array), `/v1/report`; `GET /v1/instances`
-/// (behind `admin_key`, if any), `/health`, `/metrics`.
+/// (behind `admin_key`, if any), `/v1/scheduler/settings`, `/health`, `/metrics`.
 pub fn router(service: Arc<SchedulerService>, admin_key: Option<Secret>) -> Router {
     let admin = Router::new().route("/v1/instances", get(instances));
     admin_only(admin, admin_key)
@@ -24,6 +24,12 @@ pub fn router(service: Arc<SchedulerService>, admin_key: Option<Secret>) -> Rout
         .route("/v1/release", post(release))
         .route("/v1/report", post(report))
         .route("/v1/heartbeat", post(heartbeat))
+        .route(
+            SCHEDULER_SETTINGS_PATH,
+            get(|State(service): State<Arc<SchedulerService>>| async move {
+                Json(service.settings())
+            }),
+        )
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/metrics", get(metrics))
         .with_state(service)

@@ -21,7 +21,9 @@ use switchyard_protocol::clock::unix_now;
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::kv_events::{KvEvent, StoredBlock};
 use switchyard_protocol::openai::ApiError;
-use switchyard_protocol::schedule::{Observed, ScheduleApi, ScheduleDecision, ScheduleRequest};
+use switchyard_protocol::schedule::{
+    Observed, ScheduleApi, ScheduleDecision, ScheduleRequest, SchedulerSettings,
+};
 
 /// A scheduler shared by the HTTP handlers, the instance sources and in-process gateways.
 pub struct SchedulerService {
@@ -111,6 +113,13 @@ impl SchedulerService {
     /// A snapshot of an instance's prefix cache.
     pub fn on_kv_snapshot(&self, id: &str, seq: u64, blocks: &[StoredBlock]) {
         self.core().on_kv_snapshot(id, seq, blocks);
+    }
+
+    /// What a gateway must agree with this scheduler on.
+    pub fn settings(&self) -> SchedulerSettings {
+        SchedulerSettings {
+            block_size: self.core().config().block_size,
+        }
     }
 
     /// Every instance's state.

@@ -66,6 +66,20 @@ impl Tokenizer {
         }
     }
 
+    /// A tokenizer from Hugging Face's `tokenizer.json` text, as [`Tokenizer::to_json`] writes it.
+    pub fn from_json(json: &str, eos_token_ids: Vec<u32>) -> Result<Self, TokenizerError> {
+        let inner: tokenizers::Tokenizer =
+            json.parse().map_err(|e| TokenizerError(format!("{e}")))?;
+        Ok(Self::with_eos_ids(inner, eos_token_ids))
+    }
+
+    /// The tokenizer as `tokenizer.json` text.
+    pub fn to_json(&self) -> Result<String, TokenizerError> {
+        self.inner
+            .to_string(false)
+            .map_err(|e| TokenizerError(e.to_string()))
+    }
+
     /// Token ids of `text`.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizerError> {
         self.inner
@@ -104,5 +118,28 @@ impl Tokenizer {
     /// The wrapped `tokenizers` tokenizer.
     pub fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tokenizer_handed_on_as_json_encodes_and_ends_the_same() {
+        let original = builtin_tokenizer();
+        let copy = Tokenizer::from_json(
+            &original.to_json().unwrap(),
+            original.eos_token_ids().to_vec(),
+        )
+        .unwrap();
+        let text = "<|im_start|>user\nthe cat sat on the mat<|im_end|>";
+        assert_eq!(
+            copy.encode(text, true).unwrap(),
+            original.encode(text, true).unwrap()
+        );
+        assert_eq!(copy.vocab_size(), original.vocab_size());
+        assert_eq!(copy.eos_token_ids(), original.eos_token_ids());
+        assert!(Tokenizer::from_json("{not json", vec![]).is_err());
     }
 }
