@@ -3,7 +3,6 @@
 //! from the engines): chat and completions, streamed and not, models, and an error.
 
 use std::process::Command;
-use std::time::Duration;
 use switchyard_tests::{python_has, Process};
 
 const SCRIPT: &str = r#"
@@ -85,22 +84,7 @@ async fn a_gateway_given_no_model_flag_serves_what_its_engines_serve() {
     let instances = format!("{},{}", engines.url(0), engines.url(1));
     let scheduler = Process::scheduler(&["--instances", &instances]).await;
     let gateway = Process::gateway(&["--scheduler", &scheduler.url(0)]).await;
-    let client = reqwest::Client::new();
-    let mut listed = serde_json::Value::Null;
-    for _ in 0..100 {
-        listed = client
-            .get(format!("{}/v1/models", gateway.url(0)))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if listed["data"].as_array().is_some_and(|d| !d.is_empty()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(listed["data"][0]["id"], "qwen3-0.6b", "{listed}");
+    // Until the gateway has learned the engines' model (the script then checks its name).
+    switchyard_tests::until_completing(&gateway.url(0)).await;
     run_script(&gateway.url(0));
 }
