@@ -9,6 +9,7 @@
 //! - [`policy`]: candidate metrics, filters and selectors.
 //! - [`scheduler`]: all of the above behind schedule / release / report.
 //! - [`scrape`]: engine state from the `/metrics` pages of vLLM, SGLang, FastDeploy and MindIE.
+//! - [`vllm_events`]: vLLM's and SGLang's KV events, read and turned into switchyard's hashes.
 //! - [`service`]: the scheduler running: HTTP API, instance sources, metrics.
 //!
 //! Every function here takes the time as an argument and never reads a clock, so the same code
@@ -26,5 +27,6 @@ pub mod score;
 pub mod scrape;
 pub mod service;
 pub mod step_fits;
+pub mod vllm_events;
 
 pub use scheduler::{Placement, ScheduleError, Scheduler, SchedulerConfig};
