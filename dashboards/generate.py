@@ -251,6 +251,10 @@ def component_dashboard():
            unit="short",
            description="Families of a scraped engine's page that could not be read and were "
                        "skipped (the rest of the page counts), per scrape.")
+    d.rate("KV event resyncs", "scheduler_kv_event_resyncs_total", "instance, reason",
+           unit="short",
+           description="vLLM/SGLang KV event streams caught up: replayed gaps, lost gaps and "
+                       "publisher restarts (exact index entries cleared), new subscriptions.")
     d.latency("Scheduling work", "request_full_mode_schedule_duration_milliseconds", "ms")
     d.latency("Prefix index lookup", "request_query_prefix_cache_hit_duration_milliseconds", "ms",
               description="Looking a request's block hashes up in the prefix index.")

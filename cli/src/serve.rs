@@ -114,6 +114,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             refresh: Duration::from_secs(1),
             scrape_interval: Duration::from_millis(100),
             block_size: args.engine.block_size as u32,
+            kv_events: None,
         },
     ));
     let ticking = scheduler.clone();

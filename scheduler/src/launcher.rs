@@ -4,7 +4,8 @@
 use crate::policy::Policy;
 use crate::score::Slos;
 use crate::service::{
-    first_statuses, parse_entry, router, run_discovery, Discovery, FollowSettings, SchedulerService,
+    first_statuses, parse_entry, router, run_discovery, Discovery, EventPorts, FollowSettings,
+    SchedulerService,
 };
 use crate::{Scheduler, SchedulerConfig};
 use anyhow::Context;
@@ -70,6 +71,19 @@ pub struct SchedulerArgs {
     /// Tokens per block of the block hashes in schedule requests.
     #[arg(long, env = "SWITCHYARD_BLOCK_SIZE", default_value_t = 16)]
     pub block_size: u32,
+    /// The port on which every scraped instance (vLLM, SGLang) publishes its KV events over ZMQ,
+    /// at its own host (vLLM's `--kv-events-config` `endpoint`); its blocks then enter the exact
+    /// prefix index. An `--instances` entry can name its own with `;kv-events=PORT`.
+    #[arg(long, env = "SWITCHYARD_KV_EVENTS_PORT")]
+    pub kv_events_port: Option<u16>,
+    /// The port of those publishers' replay sockets (vLLM's `replay_endpoint`), asked for the
+    /// batches of a gap in sequence numbers.
+    #[arg(
+        long,
+        env = "SWITCHYARD_KV_EVENTS_REPLAY_PORT",
+        requires = "kv_events_port"
+    )]
+    pub kv_events_replay_port: Option<u16>,
     /// Seconds to wait at start, before listening, for the first status of every instance
     /// discovery names (an instance that does not answer is not waited for).
     #[arg(long, env = "SWITCHYARD_STARTUP_WAIT", default_value = "5")]
@@ -97,7 +111,7 @@ impl SchedulerArgs {
                 Ok(Discovery::Static(self.instances.clone()))
             }
             (false, Some(target), None) => {
-                let (kind, _) = parse_entry(&format!("{}@http://x", self.instances_dns_kind))?;
+                let kind = parse_entry(&format!("{}@http://x", self.instances_dns_kind))?.kind;
                 Ok(Discovery::Dns {
                     target: target.clone(),
                     kind,
@@ -229,6 +243,10 @@ pub async fn run(
             .max(MIN_DISCOVERY_INTERVAL),
         scrape_interval: Duration::from_millis(args.scrape_interval.max(1)),
         block_size: args.block_size,
+        kv_events: args.kv_events_port.map(|publisher| EventPorts {
+            publisher,
+            replay: args.kv_events_replay_port,
+        }),
     };
     let client = reqwest::Client::new();
     tokio::spawn(run_discovery(

@@ -42,6 +42,10 @@ const EVENT_FAMILIES: &[(&str, &str)] = &[
         "scheduler_scrape_errors_total",
         "a scraped engine's page has a family that cannot be read",
     ),
+    (
+        "scheduler_kv_event_resyncs_total",
+        "a vLLM/SGLang instance's KV events are followed",
+    ),
 ];
 
 fn dashboards() -> Vec<(String, Value)> {

@@ -4,6 +4,7 @@
 //! dropped with their index entries and dispatches.
 
 use super::sources::{probe_model, scrape_instance, watch_switchyard_instance};
+use super::zmq_events::{follow_zmq_events, EventPorts};
 use super::SchedulerService;
 use crate::cms::{EngineKind, InstanceMeta};
 use std::collections::HashMap;
@@ -36,8 +37,11 @@ pub struct FollowSettings {
     pub refresh: Duration,
     /// How often scraped engines are read.
     pub scrape_interval: Duration,
-    /// Block size for engines that do not report theirs.
+    /// Block size for engines that do not report theirs, and of the gateways' prefix hashes.
     pub block_size: u32,
+    /// Where every scraped instance publishes its KV events (at its own host), unless its
+    /// entry says otherwise.
+    pub kv_events: Option<EventPorts>,
 }
 
 impl Discovery {
@@ -85,9 +89,46 @@ pub fn kind_name(kind: EngineKind) -> &'static str {
     }
 }
 
-/// An instance entry: `URL` (a switchyard engine) or `KIND@URL`.
-pub fn parse_entry(entry: &str) -> anyhow::Result<(EngineKind, String)> {
-    let (kind, url) = match entry.split_once('@') {
+/// An instance entry: `URL` (a switchyard engine) or `KIND@URL`, optionally followed by
+/// `;kv-events=PORT` and `;kv-events-replay=PORT` for an engine that publishes vLLM-format KV
+/// events on ports of its own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceEntry {
+    /// What kind of engine it is.
+    pub kind: EngineKind,
+    /// Its base URL.
+    pub url: String,
+    /// Where it publishes KV events, if the entry says.
+    pub kv_events: Option<EventPorts>,
+}
+
+/// Reads an instance entry.
+pub fn parse_entry(entry: &str) -> anyhow::Result<InstanceEntry> {
+    let mut parts = entry.split(';');
+    let head = parts.next().unwrap_or_default();
+    let (mut publisher, mut replay) = (None, None);
+    for option in parts {
+        let port = |value: &str| -> anyhow::Result<u16> {
+            value
+                .parse()
+                .map_err(|_| anyhow::anyhow!("instance entry {entry:?}: {value:?} is not a port"))
+        };
+        match option.split_once('=') {
+            Some(("kv-events", value)) => publisher = Some(port(value)?),
+            Some(("kv-events-replay", value)) => replay = Some(port(value)?),
+            _ => anyhow::bail!(
+                "instance entry {entry:?}: unknown option {option:?} (kv-events=PORT, kv-events-replay=PORT)"
+            ),
+        }
+    }
+    let kv_events = match (publisher, replay) {
+        (Some(publisher), replay) => Some(EventPorts { publisher, replay }),
+        (None, Some(_)) => {
+            anyhow::bail!("instance entry {entry:?}: kv-events-replay needs kv-events")
+        }
+        (None, None) => None,
+    };
+    let (kind, url) = match head.split_once('@') {
         Some((kind, url)) if !kind.contains("://") => {
             let kind = match kind {
                 "switchyard" => EngineKind::Switchyard,
@@ -99,12 +140,21 @@ pub fn parse_entry(entry: &str) -> anyhow::Result<(EngineKind, String)> {
             };
             (kind, url)
         }
-        _ => (EngineKind::Switchyard, entry),
+        _ => (EngineKind::Switchyard, head),
     };
     if !(url.starts_with("http://") || url.starts_with("https://")) {
         anyhow::bail!("instance entry {entry:?} is not an http(s) URL");
     }
-    Ok((kind, url.trim_end_matches('/').to_string()))
+    if kv_events.is_some() && kind == EngineKind::Switchyard {
+        anyhow::bail!(
+            "instance entry {entry:?}: switchyard engines send their KV events over HTTP"
+        );
+    }
+    Ok(InstanceEntry {
+        kind,
+        url: url.trim_end_matches('/').to_string(),
+        kv_events,
+    })
 }
 
 /// Waits, at most `within`, until every instance discovery names now has been heard from: its
@@ -129,7 +179,7 @@ pub async fn first_statuses(
         entries
             .iter()
             .filter_map(|entry| parse_entry(entry).ok())
-            .map(|(_, url)| heard_from(url)),
+            .map(|entry| heard_from(entry.url)),
     );
     if tokio::time::timeout(within, all).await.is_err() {
         tracing::warn!(
@@ -157,11 +207,11 @@ pub async fn run_discovery(
                 continue;
             }
         };
-        let mut wanted: HashMap<String, EngineKind> = HashMap::new();
+        let mut wanted: HashMap<String, InstanceEntry> = HashMap::new();
         for entry in &entries {
             match parse_entry(entry) {
-                Ok((kind, url)) => {
-                    wanted.insert(url, kind);
+                Ok(entry) => {
+                    wanted.insert(entry.url.clone(), entry);
                 }
                 Err(e) => tracing::warn!("{e}"),
             }
@@ -175,17 +225,11 @@ pub async fn run_discovery(
             }
             keep
         });
-        for (url, kind) in wanted {
+        for (url, entry) in wanted {
             if followed.contains_key(&url) {
                 continue;
             }
-            let task = tokio::spawn(follow(
-                service.clone(),
-                client.clone(),
-                url.clone(),
-                kind,
-                settings,
-            ));
+            let task = tokio::spawn(follow(service.clone(), client.clone(), entry, settings));
             followed.insert(url, task);
         }
         if matches!(discovery, Discovery::Static(_)) {
@@ -195,14 +239,19 @@ pub async fn run_discovery(
     }
 }
 
-/// Learns an instance's model, adds it and follows its state.
+/// Learns an instance's model, adds it and follows its state (and its KV events, for a scraped
+/// engine whose entry or `--kv-events-port` names where it publishes them).
 async fn follow(
     service: Arc<SchedulerService>,
     client: reqwest::Client,
-    url: String,
-    kind: EngineKind,
+    entry: InstanceEntry,
     settings: FollowSettings,
 ) {
+    let InstanceEntry {
+        kind,
+        url,
+        kv_events,
+    } = entry;
     let model = loop {
         match probe_model(&client, &url).await {
             Some(model) => break model,
@@ -222,16 +271,26 @@ async fn follow(
             watch_switchyard_instance(service, client, url.clone(), url).await
         }
         kind => {
-            scrape_instance(
-                service,
+            let events = async {
+                let ports = kv_events.or(settings.kv_events);
+                let host = reqwest::Url::parse(&url)
+                    .ok()
+                    .and_then(|u| u.host_str().map(String::from));
+                if let (Some(ports), Some(host)) = (ports, host) {
+                    let block_size = settings.block_size as usize;
+                    follow_zmq_events(service.clone(), url.clone(), host, ports, block_size).await
+                }
+            };
+            let scrape = scrape_instance(
+                service.clone(),
                 client,
                 url.clone(),
-                url,
+                url.clone(),
                 kind,
                 settings.scrape_interval,
                 settings.block_size,
-            )
-            .await
+            );
+            tokio::join!(scrape, events);
         }
     }
 }
@@ -242,15 +301,35 @@ mod tests {
 
     #[test]
     fn entries_parse() {
+        let entry = |kind, url: &str, kv_events| InstanceEntry {
+            kind,
+            url: url.into(),
+            kv_events,
+        };
         assert_eq!(
             parse_entry("http://a:1/").unwrap(),
-            (EngineKind::Switchyard, "http://a:1".into())
+            entry(EngineKind::Switchyard, "http://a:1", None)
         );
         assert_eq!(
             parse_entry("vllm@http://a:1").unwrap(),
-            (EngineKind::Vllm, "http://a:1".into())
+            entry(EngineKind::Vllm, "http://a:1", None)
+        );
+        assert_eq!(
+            parse_entry("sglang@http://a:1;kv-events=5557;kv-events-replay=5558").unwrap(),
+            entry(
+                EngineKind::Sglang,
+                "http://a:1",
+                Some(EventPorts {
+                    publisher: 5557,
+                    replay: Some(5558)
+                })
+            )
         );
         assert!(parse_entry("tgi@http://a:1").is_err());
         assert!(parse_entry("a:1").is_err());
+        assert!(parse_entry("vllm@http://a:1;kv-events=x").is_err());
+        assert!(parse_entry("vllm@http://a:1;kv-events-replay=1").is_err());
+        assert!(parse_entry("vllm@http://a:1;color=red").is_err());
+        assert!(parse_entry("http://a:1;kv-events=1").is_err());
     }
 }

@@ -59,6 +59,7 @@ pub struct SchedulerMetrics {
     tracked: IntGauge,
     reclaimed: IntCounter,
     scrape_errors: IntCounterVec,
+    kv_event_resyncs: IntCounterVec,
     duration: Histogram,
     query_prefix: Histogram,
     calc_prefix: Histogram,
@@ -140,6 +141,14 @@ impl SchedulerMetrics {
             &["instance", "family"],
         )?;
         reg.register(Box::new(scrape_errors.clone()))?;
+        let kv_event_resyncs = IntCounterVec::new(
+            Opts::new(
+                "scheduler_kv_event_resyncs_total",
+                "Times a vLLM/SGLang instance's KV events had to be caught up, by instance and reason: replayed (a gap filled from the publisher's replay socket), gap (a gap that could not be filled: its exact index entries cleared), publisher_restarted, subscribed.",
+            ),
+            &["instance", "reason"],
+        )?;
+        reg.register(Box::new(kv_event_resyncs.clone()))?;
         let failed = IntCounterVec::new(
             Opts::new(
                 "scheduler_scheduling_failed_total",
@@ -316,6 +325,7 @@ impl SchedulerMetrics {
             tracked,
             reclaimed,
             scrape_errors,
+            kv_event_resyncs,
             cms,
             lrs,
             registry: reg,
@@ -392,6 +402,11 @@ impl SchedulerMetrics {
                 .with_label_values(&[id, skipped.family.as_str()])
                 .inc();
         }
+    }
+
+    /// Counts a catch-up of instance `id`'s KV events for `reason`.
+    pub fn on_kv_event_resync(&self, id: &str, reason: &str) {
+        self.kv_event_resyncs.with_label_values(&[id, reason]).inc();
     }
 
     /// Sets how many placed requests are tracked, and counts those reclaimed from silent gateways.

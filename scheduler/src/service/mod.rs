@@ -5,6 +5,7 @@ mod discovery;
 mod http;
 mod metrics;
 mod sources;
+mod zmq_events;
 
 pub use discovery::{
     first_statuses, kind_name, parse_entry, run_discovery, Discovery, FollowSettings,
@@ -12,6 +13,7 @@ pub use discovery::{
 pub use http::router;
 pub use metrics::SchedulerMetrics;
 pub use sources::{probe_model, scrape_instance, watch_switchyard_instance};
+pub use zmq_events::EventPorts;
 
 use crate::cms::InstanceMeta;
 use crate::scheduler::{InstanceView, Lap, ScheduleError, Scheduler};
@@ -98,6 +100,11 @@ impl SchedulerService {
     /// Instance `id`'s latest `/metrics` page had families that could not be read.
     pub fn on_scrape_skipped(&self, id: &str, families: &[crate::scrape::SkippedFamily]) {
         self.metrics.on_scrape_skipped(id, families);
+    }
+
+    /// Instance `id`'s KV events were caught up (or its exact entries cleared) for `reason`.
+    pub fn on_kv_event_resync(&self, id: &str, reason: &str) {
+        self.metrics.on_kv_event_resync(id, reason);
     }
 
     /// An instance could not be reached.
