@@ -12,11 +12,20 @@ pub const HASH_SEED: u64 = 1337;
 
 /// Hash of one block's token ids on their own (`local_i`).
 pub fn local_block_hash(tokens: &[u32]) -> u64 {
-    let mut bytes = Vec::with_capacity(tokens.len() * 4);
-    for t in tokens {
-        bytes.extend_from_slice(&t.to_le_bytes());
+    // Blocks of up to 64 tokens (every common block size) are laid out on the stack.
+    let mut stack = [0u8; 256];
+    let mut heap = Vec::new();
+    let bytes = match stack.get_mut(..tokens.len() * 4) {
+        Some(bytes) => bytes,
+        None => {
+            heap.resize(tokens.len() * 4, 0);
+            &mut heap[..]
+        }
+    };
+    for (chunk, t) in bytes.chunks_exact_mut(4).zip(tokens) {
+        chunk.copy_from_slice(&t.to_le_bytes());
     }
-    xxh3_64_with_seed(&bytes, HASH_SEED)
+    xxh3_64_with_seed(bytes, HASH_SEED)
 }
 
 /// Chained hash of a block given the chained hash of the block before it (`None` for block 0).

@@ -11,15 +11,28 @@ use rustc_hash::FxHashMap;
 use switchyard_protocol::hashing::{chain_hash, local_block_hash};
 use switchyard_protocol::kv_events::{KvEventKind, StoredBlock};
 
-/// Where the switchyard chain stands after an engine block.
+/// Where the switchyard chain stands after an engine block, and the switchyard blocks that
+/// engine block completed (to remove with it). Kept small: one entry per engine block held.
 #[derive(Debug, Clone, Default)]
 struct ChainPoint {
     /// The chained hash of the last full switchyard block (none before the first).
     last: Option<u64>,
-    /// Tokens after it, fewer than a switchyard block.
-    pending: Vec<u32>,
-    /// The switchyard blocks this engine block completed, to remove with it.
-    completed: Vec<u64>,
+    /// Tokens after it, fewer than a switchyard block (empty, allocating nothing, when the
+    /// engine's blocks are a multiple of the gateway's).
+    pending: Box<[u32]>,
+    /// Whether this engine block completed `last` (with equal block sizes, the one it
+    /// completed).
+    completed_last: bool,
+    /// Blocks it completed before `last` (engine blocks larger than the gateway's).
+    completed_before: Box<[u64]>,
+}
+
+impl ChainPoint {
+    /// The switchyard blocks this engine block completed.
+    fn completed(&self) -> impl Iterator<Item = u64> + '_ {
+        let last = self.last.filter(|_| self.completed_last);
+        self.completed_before.iter().copied().chain(last)
+    }
 }
 
 /// What a batch of engine events did that the index cannot show.
@@ -37,13 +50,6 @@ pub struct Untranslated {
 pub struct Translator {
     block_size: usize,
     blocks: FxHashMap<EngineHash, ChainPoint>,
-}
-
-/// Whether blocks in `medium` are on the GPU (vLLM leaves it out, or says `GPU`).
-fn on_gpu(medium: &Option<String>) -> bool {
-    medium
-        .as_deref()
-        .is_none_or(|m| m.eq_ignore_ascii_case("gpu"))
 }
 
 /// The chain a LoRA adapter's blocks start from: their own namespace, so that no base-model
@@ -77,6 +83,17 @@ impl Translator {
         self.blocks.clear();
     }
 
+    /// Adds the switchyard block of `tokens` after `parent` to `out`; its chained hash.
+    fn store(&self, parent: Option<u64>, tokens: &[u32], out: &mut Vec<KvEventKind>) -> u64 {
+        let hash = chain_hash(parent, local_block_hash(tokens));
+        out.push(KvEventKind::Stored(StoredBlock {
+            hash,
+            parent,
+            token_count: self.block_size as u32,
+        }));
+        hash
+    }
+
     /// The index changes `event` makes, added to `out`.
     pub fn translate(
         &mut self,
@@ -91,68 +108,71 @@ impl Translator {
                 token_ids,
                 block_size,
                 lora_id,
-                medium,
+                on_gpu,
             } => {
-                if !on_gpu(medium) {
+                if !on_gpu {
                     untranslated.off_gpu += block_hashes.len();
                     return;
                 }
-                let start = match parent {
+                let (mut last, mut pending) = match parent {
                     Some(parent) => match self.blocks.get(parent) {
-                        Some(point) => ChainPoint {
-                            completed: Vec::new(),
-                            ..point.clone()
-                        },
+                        Some(point) => (point.last, point.pending.to_vec()),
                         None => {
                             untranslated.unknown_parent += block_hashes.len();
                             return;
                         }
                     },
-                    None => ChainPoint {
-                        last: lora_id.map(lora_root),
-                        ..Default::default()
-                    },
+                    None => (lora_id.map(lora_root), Vec::new()),
                 };
-                let mut point = start;
+                // Reused for every block: the blocks one engine block completes.
+                let mut completed = Vec::new();
                 for (i, hash) in block_hashes.iter().enumerate() {
                     let Some(tokens) = token_ids.get(i * block_size..(i + 1) * block_size) else {
                         // Fewer tokens than blocks: the rest cannot be placed in the chain.
                         untranslated.unknown_parent += block_hashes.len() - i;
                         return;
                     };
-                    point.completed.clear();
-                    point.pending.extend_from_slice(tokens);
-                    let full = point.pending.len() / self.block_size * self.block_size;
-                    for block in point.pending[..full].chunks(self.block_size) {
-                        let hash = chain_hash(point.last, local_block_hash(block));
-                        out.push(KvEventKind::Stored(StoredBlock {
-                            hash,
-                            parent: point.last,
-                            token_count: self.block_size as u32,
-                        }));
-                        point.last = Some(hash);
-                        point.completed.push(hash);
+                    completed.clear();
+                    let mut rest = tokens;
+                    if !pending.is_empty() {
+                        let take = (self.block_size - pending.len()).min(rest.len());
+                        pending.extend_from_slice(&rest[..take]);
+                        rest = &rest[take..];
+                        if pending.len() == self.block_size {
+                            let hash = self.store(last, &pending, out);
+                            last = Some(hash);
+                            completed.push(hash);
+                            pending.clear();
+                        }
                     }
-                    point.pending.drain(..full);
-                    self.blocks.insert(hash.clone(), point.clone());
+                    let mut blocks = rest.chunks_exact(self.block_size);
+                    for block in blocks.by_ref() {
+                        let hash = self.store(last, block, out);
+                        last = Some(hash);
+                        completed.push(hash);
+                    }
+                    pending.extend_from_slice(blocks.remainder());
+                    let before = completed.len().saturating_sub(1);
+                    let point = ChainPoint {
+                        last,
+                        pending: pending.as_slice().into(),
+                        completed_last: !completed.is_empty(),
+                        completed_before: completed[..before].into(),
+                    };
+                    self.blocks.insert(*hash, point);
                 }
             }
             EngineEvent::Removed {
                 block_hashes,
-                medium,
+                on_gpu,
             } => {
-                if !on_gpu(medium) {
+                if !on_gpu {
                     untranslated.off_gpu += block_hashes.len();
                     return;
                 }
                 for hash in block_hashes {
                     if let Some(point) = self.blocks.remove(hash) {
-                        out.extend(
-                            point
-                                .completed
-                                .into_iter()
-                                .map(|hash| KvEventKind::Removed { hash }),
-                        );
+                        out.extend(point.completed().map(|hash| KvEventKind::Removed { hash }));
                     }
                 }
             }
