@@ -1,9 +1,10 @@
 //! Helpers for end-to-end tests: build the `switchyard` binary once, start it as a child process
 //! on free loopback ports, wait until it is healthy, and stop it when the test ends.
 
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -303,4 +304,59 @@ pub async fn until_completing(base: &str) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("{base} never answered a completion");
+}
+
+/// The stand-in vLLM server with a KV-event publisher (`scripts/vllm_kv_publisher.py`, pyzmq and
+/// msgspec), driven one command at a time.
+pub struct VllmPublisher {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl VllmPublisher {
+    /// Starts it serving HTTP on `http`, publishing on `publisher` and replaying on `replay`, in
+    /// the `old` or `new` generation of vLLM's event format.
+    pub fn start(http: u16, publisher: u16, replay: u16, generation: &str) -> VllmPublisher {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/vllm_kv_publisher.py");
+        let ports = [http, publisher, replay].map(|p| p.to_string());
+        let mut child = Command::new("python3")
+            .arg(script)
+            .args(&ports)
+            .arg(generation)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let stdin = child.stdin.take().expect("piped");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("reads");
+        assert_eq!(line.trim(), "ready");
+        VllmPublisher {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Sends one command and waits for its "ok".
+    pub fn command(&mut self, command: serde_json::Value) {
+        writeln!(self.stdin, "{command}").expect("writes");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("reads");
+        assert_eq!(line.trim(), "ok", "{command}");
+    }
+
+    /// Publishes batch `seq` (`send`) and keeps it for replay (`keep`).
+    pub fn batch(&mut self, seq: u64, events: serde_json::Value, send: bool, keep: bool) {
+        self.command(serde_json::json!({"seq": seq, "events": events, "send": send, "keep": keep}));
+    }
+}
+
+impl Drop for VllmPublisher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

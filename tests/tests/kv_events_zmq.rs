@@ -5,62 +5,11 @@
 //! restarts. The scheduler's hashes of the engine's blocks match what a gateway computes.
 
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 use switchyard_protocol::hashing::block_hashes;
-use switchyard_tests::{free_ports, metrics_text, python_has, scheduler_instances, Process};
-
-/// The Python publisher, driven one command at a time.
-struct Publisher {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Publisher {
-    fn start(http: u16, publisher: u16, replay: u16, generation: &str) -> Publisher {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/vllm_kv_publisher.py");
-        let ports = [http, publisher, replay].map(|p| p.to_string());
-        let mut child = Command::new("python3")
-            .arg(script)
-            .args(&ports)
-            .arg(generation)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 runs");
-        let stdin = child.stdin.take().expect("piped");
-        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("reads");
-        assert_eq!(line.trim(), "ready");
-        Publisher {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    fn command(&mut self, command: Value) {
-        writeln!(self.stdin, "{command}").expect("writes");
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("reads");
-        assert_eq!(line.trim(), "ok", "{command}");
-    }
-
-    /// Publishes batch `seq` (`send`) and keeps it for replay (`keep`).
-    fn batch(&mut self, seq: u64, events: Value, send: bool, keep: bool) {
-        self.command(json!({"seq": seq, "events": events, "send": send, "keep": keep}));
-    }
-}
-
-impl Drop for Publisher {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use switchyard_tests::{
+    free_ports, metrics_text, python_has, scheduler_instances, Process, VllmPublisher,
+};
 
 /// Engine blocks of 16 tokens `first..first + 16 * hashes.len()`, after `parent`.
 fn stored(hashes: &[u64], parent: Option<u64>, first: u32) -> Value {
@@ -104,7 +53,7 @@ async fn resyncs(client: &reqwest::Client, scheduler: &str, reason: &str) -> f64
 async fn follows_a_publisher_of(generation: &str) {
     let base = free_ports(3);
     let (http, publisher_port, replay) = (base, base + 1, base + 2);
-    let mut publisher = Publisher::start(http, publisher_port, replay, generation);
+    let mut publisher = VllmPublisher::start(http, publisher_port, replay, generation);
     let entry = format!(
         "vllm@http://127.0.0.1:{http};kv-events={publisher_port};kv-events-replay={replay}"
     );
