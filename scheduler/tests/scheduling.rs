@@ -8,6 +8,8 @@ use switchyard_protocol::schedule::{InferStage, ScheduleRequest};
 use switchyard_scheduler::cms::{EngineKind, InstanceMeta};
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::score::Slos;
+use switchyard_scheduler::vllm_events::translate::{Translator, Untranslated};
+use switchyard_scheduler::vllm_events::wire::decode_batch;
 use switchyard_scheduler::{ScheduleError, Scheduler, SchedulerConfig};
 
 fn idle() -> EngineStatus {
@@ -31,6 +33,11 @@ fn cluster(policy: Policy, n: usize) -> Scheduler {
 }
 
 fn cluster_with(config: SchedulerConfig, n: usize) -> Scheduler {
+    cluster_of(config, n, Events::Switchyard)
+}
+
+/// `n` idle instances of the engine kind that publishes `events`.
+fn cluster_of(config: SchedulerConfig, n: usize, events: Events) -> Scheduler {
     let mut s = Scheduler::new(config, 7);
     for i in 0..n {
         let id = format!("i{i}");
@@ -39,7 +46,10 @@ fn cluster_with(config: SchedulerConfig, n: usize) -> Scheduler {
             endpoint: format!("http://127.0.0.1:{}", 9000 + i),
             model: "m".into(),
             role: InferStage::Neutral,
-            kind: EngineKind::Switchyard,
+            kind: match events {
+                Events::Switchyard => EngineKind::Switchyard,
+                Events::VllmArrays | Events::VllmMaps => EngineKind::Vllm,
+            },
         });
         s.on_status(&id, idle(), 0.0);
     }
@@ -131,11 +141,97 @@ fn stale_unreachable_and_excluded_instances_are_skipped() {
     );
 }
 
+/// How an instance's cache reaches the index: switchyard's own events, or vLLM's (either
+/// generation), decoded and translated from the engine's blocks and tokens. The placement tests
+/// that rest on cached prefixes run with each, and must place alike.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Events {
+    Switchyard,
+    VllmArrays,
+    VllmMaps,
+}
+
+const EVERY_SOURCE: [Events; 3] = [Events::Switchyard, Events::VllmArrays, Events::VllmMaps];
+
+/// Tells the index that instance `id` holds every full block of `prompt`, as `events` would.
+fn store_prompt(s: &mut Scheduler, id: &str, prompt: &[u32], events: Events) {
+    use rmpv::Value;
+    let blocks = prompt.len() / 16;
+    let hash = |i: usize| match events {
+        Events::VllmMaps => Value::Binary([i as u64 + 1; 4].map(u64::to_be_bytes).concat()),
+        _ => Value::from(i as u64 + 1),
+    };
+    let fields = vec![
+        (
+            "block_hashes",
+            Value::Array((0..blocks).map(hash).collect()),
+        ),
+        ("parent_block_hash", Value::Nil),
+        (
+            "token_ids",
+            Value::Array(
+                prompt[..blocks * 16]
+                    .iter()
+                    .map(|&t| Value::from(t))
+                    .collect(),
+            ),
+        ),
+        ("block_size", Value::from(16)),
+        ("lora_id", Value::Nil),
+    ];
+    let event = match events {
+        Events::Switchyard => {
+            s.on_kv_events(id, &stored_prompt(prompt)).unwrap();
+            return;
+        }
+        Events::VllmArrays => Value::Array(
+            std::iter::once(Value::from("BlockStored"))
+                .chain(fields.into_iter().map(|(_, v)| v))
+                .collect(),
+        ),
+        Events::VllmMaps => Value::Map(
+            std::iter::once((Value::from("type"), Value::from("BlockStored")))
+                .chain(fields.into_iter().map(|(k, v)| (Value::from(k), v)))
+                .collect(),
+        ),
+    };
+    let mut payload = Vec::new();
+    let batch = Value::Array(vec![Value::F64(0.0), Value::Array(vec![event])]);
+    rmpv::encode::write_value(&mut payload, &batch).unwrap();
+    let (mut kinds, mut untranslated) = (Vec::new(), Untranslated::default());
+    let mut translator = Translator::new(16);
+    for e in &decode_batch(&payload).unwrap().events {
+        translator.translate(e, &mut kinds, &mut untranslated);
+    }
+    let numbered: Vec<KvEvent> = kinds
+        .into_iter()
+        .enumerate()
+        .map(|(i, kind)| KvEvent {
+            seq: i as u64 + 1,
+            kind,
+        })
+        .collect();
+    s.on_kv_events(id, &numbered).unwrap();
+}
+
 #[test]
 fn cache_aware_follows_the_prefix_until_the_queue_outweighs_it() {
-    let mut s = cluster(Policy::CacheAware, 3);
+    for events in EVERY_SOURCE {
+        cache_aware_follows_the_prefix(events);
+    }
+}
+
+fn cache_aware_follows_the_prefix(events: Events) {
+    let mut s = cluster_of(
+        SchedulerConfig {
+            policy: Policy::CacheAware,
+            ..Default::default()
+        },
+        3,
+        events,
+    );
     let prompt: Vec<u32> = (0..4000).collect();
-    s.on_kv_events("i2", &stored_prompt(&prompt)).unwrap();
+    store_prompt(&mut s, "i2", &prompt, events);
     let placed = s.schedule(&request("a", &prompt), 0.5).unwrap();
     assert_eq!(placed.decision.instance_id, "i2");
     assert_eq!(
@@ -185,9 +281,15 @@ fn a_placed_prefix_counts_as_cached_on_its_instance_until_the_engine_reports_it_
 
 #[test]
 fn predictive_keeps_a_prompt_with_its_prefix_unless_the_queue_there_costs_more() {
-    let mut s = cluster(Policy::Predictive, 3);
+    for events in EVERY_SOURCE {
+        predictive_keeps_a_prompt_with_its_prefix(events);
+    }
+}
+
+fn predictive_keeps_a_prompt_with_its_prefix(events: Events) {
+    let mut s = cluster_of(predictive(Slos::default()), 3, events);
     let prompt: Vec<u32> = (0..4000).collect();
-    s.on_kv_events("i2", &stored_prompt(&prompt)).unwrap();
+    store_prompt(&mut s, "i2", &prompt, events);
     let queue = |tokens: u64, requests: u32| EngineStatus {
         waiting_prefill_tokens: tokens,
         num_waiting: requests,
@@ -213,19 +315,19 @@ fn predictive_keeps_a_prompt_with_its_prefix_unless_the_queue_there_costs_more()
     assert!(placed.metrics.predicted_ttft > 0.0 && placed.metrics.added_latency > 0.0);
 }
 
-/// Two instances for one request of 8,000 tokens: `i0` holds its first 4,000 and is busy
-/// decoding `decoders` requests with `context` tokens between them; `i1` holds nothing and has
-/// `queued` prefill tokens waiting.
+/// Two instances for one request of 8,000 tokens: `i0` holds its first 4,000 (told by
+/// `events`) and is busy decoding `decoders` requests with `context` tokens between them; `i1`
+/// holds nothing and has `queued` prefill tokens waiting.
 fn holder_and_other(
     config: SchedulerConfig,
+    events: Events,
     decoders: u32,
     context: u64,
     queued: u64,
 ) -> (Scheduler, ScheduleRequest) {
-    let mut s = cluster_with(config, 2);
+    let mut s = cluster_of(config, 2, events);
     let prompt: Vec<u32> = (0..8000).collect();
-    s.on_kv_events("i0", &stored_prompt(&prompt[..4000]))
-        .unwrap();
+    store_prompt(&mut s, "i0", &prompt[..4000], events);
     let busy = EngineStatus {
         num_running: decoders,
         num_decoding: decoders,
@@ -256,17 +358,19 @@ fn predictive(slos: Slos) -> SchedulerConfig {
 fn without_slos_the_latency_added_to_everyone_decides_not_the_requests_own_ttft() {
     // 200 requests decode on i0 at about 48 ms a token; its cached half makes the request's
     // first token come soonest there, but its prefill would slow all 200.
-    let (mut s, req) = holder_and_other(predictive(Slos::default()), 200, 2_300_000, 0);
-    let placed = s.schedule(&req, 1.0).unwrap();
-    assert_eq!(placed.decision.instance_id, "i1");
-    let up = placed.decision.runner_up.clone().expect("two candidates");
-    assert_eq!(up.instance_id, "i0");
-    assert!(
-        up.predicted_ttft_ms < placed.decision.predicted_ttft_ms.unwrap(),
-        "{up:?} vs {:?}",
-        placed.decision
-    );
-    assert!(up.predicted_tpot_ms > placed.decision.predicted_tpot_ms.unwrap());
+    for events in EVERY_SOURCE {
+        let (mut s, req) = holder_and_other(predictive(Slos::default()), events, 200, 2_300_000, 0);
+        let placed = s.schedule(&req, 1.0).unwrap();
+        assert_eq!(placed.decision.instance_id, "i1");
+        let up = placed.decision.runner_up.clone().expect("two candidates");
+        assert_eq!(up.instance_id, "i0");
+        assert!(
+            up.predicted_ttft_ms < placed.decision.predicted_ttft_ms.unwrap(),
+            "{up:?} vs {:?}",
+            placed.decision
+        );
+        assert!(up.predicted_tpot_ms > placed.decision.predicted_tpot_ms.unwrap());
+    }
 }
 
 #[test]
@@ -278,11 +382,13 @@ fn with_slos_a_placement_that_pushes_running_requests_past_the_tpot_slo_is_avoid
         ttft: Some(1.0),
         tpot: Some(0.05),
     };
-    let (mut s, req) = holder_and_other(predictive(slos), 200, 2_300_000, 0);
-    let placed = s.schedule(&req, 1.0).unwrap();
-    assert_eq!(placed.decision.instance_id, "i1");
-    assert_eq!(placed.metrics.violations, 0.0);
-    assert!(placed.metrics.added_latency > 0.0);
+    for events in EVERY_SOURCE {
+        let (mut s, req) = holder_and_other(predictive(slos), events, 200, 2_300_000, 0);
+        let placed = s.schedule(&req, 1.0).unwrap();
+        assert_eq!(placed.decision.instance_id, "i1");
+        assert_eq!(placed.metrics.violations, 0.0);
+        assert!(placed.metrics.added_latency > 0.0);
+    }
 }
 
 #[test]
@@ -294,14 +400,16 @@ fn with_slos_the_request_goes_where_it_meets_them_when_an_instance_can() {
         ttft: Some(1.0),
         tpot: Some(0.05),
     };
-    let (mut s, req) = holder_and_other(predictive(slos), 10, 100_000, 60_000);
-    let placed = s.schedule(&req, 1.0).unwrap();
-    assert_eq!(placed.decision.instance_id, "i0");
-    assert_eq!(placed.metrics.violations, 0.0, "{:?}", placed.metrics);
-    assert!(placed.decision.predicted_ttft_ms.unwrap() < 1000.0);
-    let up = placed.decision.runner_up.unwrap();
-    assert_eq!(up.instance_id, "i1");
-    assert!(up.predicted_ttft_ms > 1000.0, "{up:?}");
+    for events in EVERY_SOURCE {
+        let (mut s, req) = holder_and_other(predictive(slos), events, 10, 100_000, 60_000);
+        let placed = s.schedule(&req, 1.0).unwrap();
+        assert_eq!(placed.decision.instance_id, "i0");
+        assert_eq!(placed.metrics.violations, 0.0, "{:?}", placed.metrics);
+        assert!(placed.decision.predicted_ttft_ms.unwrap() < 1000.0);
+        let up = placed.decision.runner_up.unwrap();
+        assert_eq!(up.instance_id, "i1");
+        assert!(up.predicted_ttft_ms > 1000.0, "{up:?}");
+    }
 }
 
 #[test]
