@@ -1,8 +1,9 @@
 //! `switchyard`: the one binary. Each subcommand is a thin entry into its crate.
 
+mod reference;
 mod serve;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// mimalloc: a router allocates and frees small buffers on every request, across threads, and
 /// glibc's allocator spent about 15% of the gateway's CPU on it.
@@ -51,6 +52,9 @@ enum Command {
     Gateway(switchyard_gateway::launcher::GatewayArgs),
     /// Run the scheduler alone, over a list of engine instances.
     Scheduler(switchyard_scheduler::launcher::SchedulerArgs),
+    /// Print the configuration reference (docs/configuration.md) from these definitions.
+    #[command(hide = true)]
+    Reference,
 }
 
 /// Transparent huge pages off for this process (mimalloc is also built not to ask for them):
@@ -103,6 +107,10 @@ fn main() -> anyhow::Result<()> {
                 args,
                 switchyard_engine::launcher::shutdown_signal(),
             ))
+        }
+        Command::Reference => {
+            print!("{}", reference::configuration_reference(&Cli::command()));
+            Ok(())
         }
         Command::Scheduler(args) => {
             tracing::info!("switchyard scheduler starting with {args:?}");
