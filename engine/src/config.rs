@@ -45,6 +45,18 @@ pub struct ListenArgs {
     /// Independent engine instances in this process.
     #[arg(long, env = "SWITCHYARD_INSTANCES", default_value_t = 1)]
     pub instances: usize,
+    /// Also publish the KV events in vLLM's ZMQ format (for routers that read vLLM's), from
+    /// this port on: instance i publishes on port + i.
+    #[arg(long, env = "SWITCHYARD_KV_EVENTS_PORT")]
+    pub kv_events_port: Option<u16>,
+    /// With --kv-events-port: keep the last 10,000 batches for replay, answered from this port
+    /// on (instance i on port + i).
+    #[arg(
+        long,
+        env = "SWITCHYARD_KV_EVENTS_REPLAY_PORT",
+        requires = "kv_events_port"
+    )]
+    pub kv_events_replay_port: Option<u16>,
 }
 
 /// What an engine runs and how (every flag of `switchyard engine` but where it listens).
@@ -237,6 +249,7 @@ impl EngineArgs {
                     generation_defaults: dir.generation.clone(),
                     metrics,
                     trace_log: trace_log.clone(),
+                    vllm_events: None,
                     time_scale: *self.sim_time_scale,
                 })
             })

@@ -425,6 +425,16 @@ impl EngineCore {
         self.pool.take_events()
     }
 
+    /// Keeps the tokens of every block stored from now on (for a vLLM-format publisher).
+    pub fn keep_stored_tokens(&mut self) {
+        self.pool.keep_stored_tokens();
+    }
+
+    /// The tokens of the blocks stored since the previous call, by chained hash.
+    pub fn take_stored_tokens(&mut self) -> rustc_hash::FxHashMap<u64, Box<[u32]>> {
+        self.pool.take_stored_tokens()
+    }
+
     /// Every cached block and the last event's sequence number.
     pub fn kv_snapshot(&self) -> (u64, Vec<StoredBlock>) {
         self.pool.snapshot()

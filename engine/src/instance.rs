@@ -9,6 +9,7 @@ use crate::metrics::EngineMetrics;
 use crate::model::GenerationDefaults;
 use crate::tokenizer::Tokenizer;
 use crate::trace::TraceLog;
+use crate::vllm_publisher::PublishedBatch;
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -65,6 +66,9 @@ pub struct InstanceParts {
     pub metrics: EngineMetrics,
     /// Where lifecycle events go, if anywhere.
     pub trace_log: Option<TraceLog>,
+    /// Where each step's KV events go, with the stored blocks' tokens, for a vLLM-format
+    /// publisher (`--kv-events-port`), if any.
+    pub vllm_events: Option<mpsc::UnboundedSender<PublishedBatch>>,
     /// Simulated time runs this many times faster than real time.
     pub time_scale: f64,
 }
@@ -134,6 +138,9 @@ impl Instance {
         // not an empty one: a scheduler that took an empty status for an instance predicted it
         // computes one token a step with no KV room, and sent it nothing until its first step.
         let mut core = EngineCore::new(parts.core);
+        if parts.vllm_events.is_some() {
+            core.keep_stored_tokens();
+        }
         let idle = core.status(unix_now(), Vec::new());
         let (latest, latest_status) = watch::channel(Arc::new(idle));
         let metrics = Arc::new(parts.metrics);
@@ -170,6 +177,7 @@ impl Instance {
             status,
             latest,
             kv,
+            vllm_events: parts.vllm_events,
             dirty: false,
         };
         tokio::spawn(driver.run(receiver));
@@ -275,6 +283,7 @@ struct Driver {
     status: broadcast::Sender<Arc<EngineStatus>>,
     latest: watch::Sender<Arc<EngineStatus>>,
     kv: broadcast::Sender<Arc<Vec<KvEvent>>>,
+    vllm_events: Option<mpsc::UnboundedSender<PublishedBatch>>,
     /// Whether a command changed the core since the last published status.
     dirty: bool,
 }
@@ -484,6 +493,13 @@ impl Driver {
         let _ = self.status.send(status);
         let events = self.core.take_kv_events();
         if !events.is_empty() {
+            if let Some(publisher) = &self.vllm_events {
+                let tokens = self.core.take_stored_tokens();
+                let _ = publisher.send(PublishedBatch {
+                    events: events.clone(),
+                    tokens,
+                });
+            }
             let _ = self.kv.send(Arc::new(events));
         }
     }

@@ -3,6 +3,7 @@
 
 use crate::config::{EngineArgs, ListenArgs};
 use crate::instance::Instance;
+use crate::vllm_publisher::{self, PublisherPorts};
 use anyhow::Context;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use tokio::sync::watch;
 
 /// Serves every instance the flags describe until a shutdown signal, then drains.
 pub async fn run(listen: ListenArgs, args: EngineArgs) -> anyhow::Result<()> {
-    let parts = args.build(listen.instances)?;
+    let mut parts = args.build(listen.instances)?;
     let drain_timeout = args.drain_timeout();
     let mut listeners = Vec::new();
     for i in 0..parts.len() {
@@ -25,6 +26,24 @@ pub async fn run(listen: ListenArgs, args: EngineArgs) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("cannot listen on {addr}"))?,
         );
+    }
+    for (i, part) in parts.iter_mut().enumerate() {
+        let Some(ports) = publisher_ports(&listen, i)? else {
+            continue;
+        };
+        let (events, batches) = tokio::sync::mpsc::unbounded_channel();
+        part.vllm_events = Some(events);
+        let (host, block_size, name) =
+            (listen.host.clone(), args.block_size, part.info.name.clone());
+        tracing::info!(
+            "{name} publishes vLLM-format KV events on port {}",
+            ports.publisher
+        );
+        tokio::spawn(async move {
+            if let Err(e) = vllm_publisher::run(host, ports, block_size, batches).await {
+                tracing::error!("{name}: the vLLM-format KV event publisher stopped: {e}");
+            }
+        });
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut instances = Vec::new();
@@ -51,6 +70,21 @@ pub async fn run(listen: ListenArgs, args: EngineArgs) -> anyhow::Result<()> {
         server.await??;
     }
     Ok(())
+}
+
+/// Where instance `i` publishes vLLM-format KV events, if it does.
+fn publisher_ports(listen: &ListenArgs, i: usize) -> anyhow::Result<Option<PublisherPorts>> {
+    let shifted = |port: u16| {
+        port.checked_add(i as u16)
+            .context("KV event ports run past 65535")
+    };
+    let Some(publisher) = listen.kv_events_port else {
+        return Ok(None);
+    };
+    Ok(Some(PublisherPorts {
+        publisher: shifted(publisher)?,
+        replay: listen.kv_events_replay_port.map(shifted).transpose()?,
+    }))
 }
 
 /// How long a server waits, once stopped after the drain, for answers still being written.

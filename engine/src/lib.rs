@@ -20,5 +20,6 @@ pub mod model;
 pub mod sampling;
 pub mod server;
 pub mod trace;
+pub mod vllm_publisher;
 
 pub use switchyard_text::{chat_template, tokenizer};

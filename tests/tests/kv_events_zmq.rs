@@ -151,3 +151,63 @@ async fn newer_vllm_events_reach_the_exact_index() {
         follows_a_publisher_of("new").await;
     }
 }
+
+#[tokio::test]
+async fn a_switchyard_engine_publishing_vllm_events_fills_the_index_as_its_own_events_do() {
+    let ports = free_ports(2);
+    let (publisher, replay) = (ports.to_string(), (ports + 1).to_string());
+    let engine = Process::engine(
+        1,
+        &[
+            "--sim-time-scale",
+            "100",
+            "--kv-events-port",
+            &publisher,
+            "--kv-events-replay-port",
+            &replay,
+        ],
+    )
+    .await;
+    let entry = format!(
+        "vllm@{};kv-events={publisher};kv-events-replay={replay}",
+        engine.url(0)
+    );
+    let vllm_view = Process::scheduler(&["--instances", &entry]).await;
+    let own_view = Process::scheduler(&["--instances", &engine.url(0)]).await;
+    let client = reqwest::Client::new();
+    for _ in 0..200 {
+        if resyncs(&client, &vllm_view.url(0), "subscribed").await >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // ZMQ's subscription reaches the publisher a moment after the connection.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let prompt: Vec<u32> = (1..=70).map(|i| i * 7 % 2000 + 1).collect();
+    let answer = client
+        .post(format!("{}/v1/completions", engine.url(0)))
+        .json(&json!({"model": "qwen3-0.6b", "prompt": prompt, "max_tokens": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    // 70 tokens: four full blocks, stored by the engine and seen by both schedulers alike.
+    until_indexed(&client, &own_view.url(0), 4, "switchyard's events").await;
+    until_indexed(&client, &vllm_view.url(0), 4, "vLLM-format events").await;
+    let decision: Value = client
+        .post(format!("{}/v1/schedule", vllm_view.url(0)))
+        .json(&json!({
+            "request_id": "r",
+            "model": "qwen3-0.6b",
+            "prompt_tokens": 70,
+            "block_hashes": block_hashes(&prompt, 16),
+            "max_tokens": 1,
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(decision["cached_tokens"], 64, "{decision}");
+}

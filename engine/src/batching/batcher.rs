@@ -120,9 +120,11 @@ impl Batcher {
             return;
         };
         let full = (seq.num_computed / pool.block_size()).min(seq.block_hashes.len());
+        let size = pool.block_size();
         for i in seq.num_registered..full {
             let parent = i.checked_sub(1).map(|p| seq.block_hashes[p]);
-            pool.register(seq.blocks[i], seq.block_hashes[i], parent);
+            let tokens = &seq.tokens[i * size..(i + 1) * size];
+            pool.register(seq.blocks[i], seq.block_hashes[i], parent, tokens);
         }
         seq.num_registered = seq.num_registered.max(full);
     }
@@ -217,7 +219,8 @@ impl Batcher {
             let blocks = pool.allocate(needed).expect("free blocks checked");
             let loaded = &hashes[hits.len()..hits.len() + host.len()];
             let parent = hits.len().checked_sub(1).map(|i| hashes[i]);
-            pool.onload(&host, &blocks, loaded, parent);
+            let loaded_tokens = &seq.tokens[hits.len() * block_size..][..loaded.len() * block_size];
+            pool.onload(&host, &blocks, loaded, parent, loaded_tokens);
             self.waiting.remove(&key);
             let seq = self.seqs.get_mut(&id).expect("waiting");
             seq.num_registered = hits.len() + host.len();

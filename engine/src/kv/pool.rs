@@ -23,6 +23,9 @@ pub struct BlockPool {
     events: Vec<KvEvent>,
     host: Option<HostTier>,
     transfers: KvTransfers,
+    /// The tokens of each block stored since the last [`BlockPool::take_stored_tokens`], kept
+    /// only for an engine that publishes vLLM-format events (whose `BlockStored` carries them).
+    stored_tokens: Option<FxHashMap<u64, Box<[u32]>>>,
 }
 
 impl BlockPool {
@@ -39,7 +42,22 @@ impl BlockPool {
             events: Vec::new(),
             host: None,
             transfers: KvTransfers::default(),
+            stored_tokens: None,
         }
+    }
+
+    /// Keeps the tokens of every block stored from now on, for [`BlockPool::take_stored_tokens`].
+    pub fn keep_stored_tokens(&mut self) {
+        self.stored_tokens.get_or_insert_with(FxHashMap::default);
+    }
+
+    /// The tokens of the blocks stored since the previous call, by chained hash (empty unless
+    /// [`BlockPool::keep_stored_tokens`] was called).
+    pub fn take_stored_tokens(&mut self) -> FxHashMap<u64, Box<[u32]>> {
+        self.stored_tokens
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Adds a host tier of `slots` blocks behind the prefix cache (none when `slots` is 0 or
@@ -105,17 +123,21 @@ impl BlockPool {
     }
 
     /// Loads host `slots` into the fresh `blocks` before the next step and caches them as the
-    /// blocks with chained hashes `hashes`, whose first block's parent is `parent`.
+    /// blocks with chained hashes `hashes` (of `tokens`, one block after the other), whose first
+    /// block's parent is `parent`.
     pub fn onload(
         &mut self,
         slots: &[HostSlot],
         blocks: &[BlockId],
         hashes: &[u64],
         mut parent: Option<u64>,
+        tokens: &[u32],
     ) {
-        for ((&slot, &block), &hash) in slots.iter().zip(blocks).zip(hashes) {
+        let size = self.block_size;
+        for (i, ((&slot, &block), &hash)) in slots.iter().zip(blocks).zip(hashes).enumerate() {
             self.transfers.onload.push((slot, block));
-            self.register(block, hash, parent);
+            let own = tokens.get(i * size..(i + 1) * size).unwrap_or_default();
+            self.register(block, hash, parent, own);
             parent = Some(hash);
         }
     }
@@ -175,12 +197,15 @@ impl BlockPool {
         }
     }
 
-    /// Records that `block` holds the full block with chained hash `hash`, and copies it to the
-    /// host tier unless that holds it already. A hash already cached in another block keeps that
-    /// block; this one stays uncached.
-    pub fn register(&mut self, block: BlockId, hash: u64, parent: Option<u64>) {
+    /// Records that `block` holds the full block of `tokens` with chained hash `hash`, and copies
+    /// it to the host tier unless that holds it already. A hash already cached in another block
+    /// keeps that block; this one stays uncached.
+    pub fn register(&mut self, block: BlockId, hash: u64, parent: Option<u64>, tokens: &[u32]) {
         if !self.caching || self.by_hash.contains_key(&hash) {
             return;
+        }
+        if let Some(log) = &mut self.stored_tokens {
+            log.insert(hash, tokens.into());
         }
         let stored = StoredBlock {
             hash,
@@ -293,8 +318,8 @@ mod tests {
     fn hits_after_release_and_lru_eviction() {
         let mut pool = BlockPool::new(3, 4, true);
         let seq = pool.allocate(2).unwrap();
-        pool.register(seq[0], 10, None);
-        pool.register(seq[1], 11, Some(10));
+        pool.register(seq[0], 10, None, &[]);
+        pool.register(seq[1], 11, Some(10), &[]);
         pool.release(&seq);
         assert_eq!(
             pool.lookup(&[10, 11, 12]),
@@ -325,14 +350,14 @@ mod tests {
     fn duplicate_hash_keeps_first_block_and_caching_off_caches_nothing() {
         let mut pool = BlockPool::new(2, 4, true);
         let blocks = pool.allocate(2).unwrap();
-        pool.register(blocks[0], 7, None);
-        pool.register(blocks[1], 7, None);
+        pool.register(blocks[0], 7, None, &[]);
+        pool.register(blocks[1], 7, None, &[]);
         assert_eq!(pool.lookup(&[7]), vec![blocks[0]]);
         assert_eq!(pool.snapshot().1.len(), 1);
 
         let mut off = BlockPool::new(2, 4, false);
         let b = off.allocate(1).unwrap();
-        off.register(b[0], 7, None);
+        off.register(b[0], 7, None, &[]);
         assert!(off.lookup(&[7]).is_empty());
         assert!(off.take_events().is_empty());
     }
@@ -341,8 +366,8 @@ mod tests {
     fn host_tier_keeps_evicted_blocks_and_events_follow_the_union() {
         let mut pool = BlockPool::new(2, 4, true).with_host_tier(3);
         let a = pool.allocate(2).unwrap();
-        pool.register(a[0], 10, None);
-        pool.register(a[1], 11, Some(10));
+        pool.register(a[0], 10, None, &[]);
+        pool.register(a[1], 11, Some(10), &[]);
         let t = pool.take_transfers();
         assert_eq!(
             t.offload,
@@ -363,7 +388,7 @@ mod tests {
         // Loading them back caches them on the accelerator again, with no new event.
         pool.release(&b);
         let fresh = pool.allocate(2).unwrap();
-        pool.onload(&[0, 1], &fresh, &[10, 11], None);
+        pool.onload(&[0, 1], &fresh, &[10, 11], None, &[]);
         assert_eq!(
             pool.take_transfers().onload,
             vec![(0, fresh[0]), (1, fresh[1])]
@@ -384,8 +409,8 @@ mod tests {
     fn a_block_leaves_the_union_only_when_both_tiers_dropped_it() {
         let mut pool = BlockPool::new(2, 4, true).with_host_tier(1);
         let a = pool.allocate(2).unwrap();
-        pool.register(a[0], 1, None);
-        pool.register(a[1], 2, Some(1));
+        pool.register(a[0], 1, None, &[]);
+        pool.register(a[1], 2, Some(1), &[]);
         assert_eq!(
             pool.lookup_host(&[1]),
             Vec::<HostSlot>::new(),
@@ -406,7 +431,7 @@ mod tests {
     fn hit_on_free_block_leaves_free_queue() {
         let mut pool = BlockPool::new(2, 4, true);
         let b = pool.allocate(1).unwrap();
-        pool.register(b[0], 5, None);
+        pool.register(b[0], 5, None, &[]);
         pool.release(&b);
         let hit = pool.lookup(&[5]);
         assert_eq!(pool.count_free(&hit), 1);
