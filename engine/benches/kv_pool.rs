@@ -45,7 +45,7 @@ fn run(label: &str, num_blocks: usize) {
             ops += fresh.len() as u64;
             for (i, &b) in fresh.iter().enumerate() {
                 let at = hits.len() + i;
-                pool.register(b, hashes[at], at.checked_sub(1).map(|p| hashes[p]));
+                pool.register(b, hashes[at], at.checked_sub(1).map(|p| hashes[p]), &[]);
             }
             ops += fresh.len() as u64;
             pool.release(&hits);
