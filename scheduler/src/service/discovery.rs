@@ -3,7 +3,7 @@
 //! added (unschedulable until their first status) and followed; instances that disappear are
 //! dropped with their index entries and dispatches.
 
-use super::sources::{probe_model, scrape_instance, watch_switchyard_instance};
+use super::sources::{follow_state, probe_model, scrape_instance, watch_switchyard_instance};
 use super::zmq_events::{follow_zmq_events, EventPorts};
 use super::SchedulerService;
 use crate::cms::{EngineKind, InstanceMeta};
@@ -145,11 +145,6 @@ pub fn parse_entry(entry: &str) -> anyhow::Result<InstanceEntry> {
     if !(url.starts_with("http://") || url.starts_with("https://")) {
         anyhow::bail!("instance entry {entry:?} is not an http(s) URL");
     }
-    if kv_events.is_some() && kind == EngineKind::Switchyard {
-        anyhow::bail!(
-            "instance entry {entry:?}: switchyard engines send their KV events over HTTP"
-        );
-    }
     Ok(InstanceEntry {
         kind,
         url: url.trim_end_matches('/').to_string(),
@@ -267,16 +262,21 @@ async fn follow(
         kind,
     });
     match kind {
-        EngineKind::Switchyard => {
-            watch_switchyard_instance(service, client, url.clone(), url).await
-        }
+        EngineKind::Switchyard => match kv_events.zip(host_of(&url)) {
+            // Its status as usual, its KV events from its vLLM-format publisher instead.
+            Some((ports, host)) => {
+                let block_size = settings.block_size as usize;
+                let events =
+                    follow_zmq_events(service.clone(), url.clone(), host, ports, block_size);
+                let state = follow_state(service, client, url.clone(), url);
+                tokio::join!(state, events);
+            }
+            None => watch_switchyard_instance(service, client, url.clone(), url).await,
+        },
         kind => {
             let events = async {
                 let ports = kv_events.or(settings.kv_events);
-                let host = reqwest::Url::parse(&url)
-                    .ok()
-                    .and_then(|u| u.host_str().map(String::from));
-                if let (Some(ports), Some(host)) = (ports, host) {
+                if let (Some(ports), Some(host)) = (ports, host_of(&url)) {
                     let block_size = settings.block_size as usize;
                     follow_zmq_events(service.clone(), url.clone(), host, ports, block_size).await
                 }
@@ -293,6 +293,13 @@ async fn follow(
             tokio::join!(scrape, events);
         }
     }
+}
+
+/// The host of an instance's URL.
+fn host_of(url: &str) -> Option<String> {
+    reqwest::Url::parse(url)
+        .ok()
+        .and_then(|u| u.host_str().map(String::from))
 }
 
 #[cfg(test)]
@@ -330,6 +337,13 @@ mod tests {
         assert!(parse_entry("vllm@http://a:1;kv-events=x").is_err());
         assert!(parse_entry("vllm@http://a:1;kv-events-replay=1").is_err());
         assert!(parse_entry("vllm@http://a:1;color=red").is_err());
-        assert!(parse_entry("http://a:1;kv-events=1").is_err());
+        // A switchyard engine publishing vLLM's format (`--kv-events-port`) can be read that way.
+        assert_eq!(
+            parse_entry("http://a:1;kv-events=1").unwrap().kv_events,
+            Some(EventPorts {
+                publisher: 1,
+                replay: None
+            })
+        );
     }
 }

@@ -106,7 +106,8 @@ async fn follow_stream<T: serde::de::DeserializeOwned>(
     }
 }
 
-async fn follow_state(
+/// Follows a switchyard engine's status stream while the instance is known.
+pub async fn follow_state(
     service: Arc<SchedulerService>,
     client: reqwest::Client,
     id: String,
