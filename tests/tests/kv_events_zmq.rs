@@ -37,6 +37,27 @@ async fn until_indexed(client: &reqwest::Client, scheduler: &str, n: u64, what: 
     panic!("{what}: {seen} blocks indexed, expected {n}");
 }
 
+/// The prompt tokens the scheduler at `url` counts as cached where it places `prompt` (hashed as
+/// a gateway hashes it).
+async fn cached_tokens(client: &reqwest::Client, url: &str, model: &str, prompt: &[u32]) -> u64 {
+    let decision: Value = client
+        .post(format!("{url}/v1/schedule"))
+        .json(&json!({
+            "request_id": format!("r{}", prompt.len()),
+            "model": model,
+            "prompt_tokens": prompt.len(),
+            "block_hashes": block_hashes(prompt, 16),
+            "max_tokens": 1,
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    decision["cached_tokens"].as_u64().unwrap_or_default()
+}
+
 /// Resyncs counted for `reason`.
 async fn resyncs(client: &reqwest::Client, scheduler: &str, reason: &str) -> f64 {
     metrics_text(client, scheduler)
@@ -77,22 +98,10 @@ async fn follows_a_publisher_of(generation: &str) {
     publisher.batch(seq, json!([stored(&[1, 2], None, 0)]), true, true);
     until_indexed(&client, &url, 3, "stored").await;
     let prompt: Vec<u32> = (0..40).collect();
-    let decision: Value = client
-        .post(format!("{url}/v1/schedule"))
-        .json(&json!({
-            "request_id": "r1",
-            "model": "vllm-model",
-            "prompt_tokens": 40,
-            "block_hashes": block_hashes(&prompt, 16),
-            "max_tokens": 1,
-        }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(decision["cached_tokens"], 32, "{decision}");
+    assert_eq!(
+        cached_tokens(&client, &url, "vllm-model", &prompt).await,
+        32
+    );
     // Removed: the second block, and a child stored on the first.
     seq += 1;
     publisher.batch(
@@ -194,20 +203,6 @@ async fn a_switchyard_engine_publishing_vllm_events_fills_the_index_as_its_own_e
     // 70 tokens: four full blocks, stored by the engine and seen by both schedulers alike.
     until_indexed(&client, &own_view.url(0), 4, "switchyard's events").await;
     until_indexed(&client, &vllm_view.url(0), 4, "vLLM-format events").await;
-    let decision: Value = client
-        .post(format!("{}/v1/schedule", vllm_view.url(0)))
-        .json(&json!({
-            "request_id": "r",
-            "model": "qwen3-0.6b",
-            "prompt_tokens": 70,
-            "block_hashes": block_hashes(&prompt, 16),
-            "max_tokens": 1,
-        }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(decision["cached_tokens"], 64, "{decision}");
+    let cached = cached_tokens(&client, &vllm_view.url(0), "qwen3-0.6b", &prompt).await;
+    assert_eq!(cached, 64);
 }
