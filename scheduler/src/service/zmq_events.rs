@@ -73,9 +73,9 @@ impl Subscription {
         }
         if self.untranslated != before && before == Untranslated::default() {
             tracing::info!(
-                "{}: KV blocks left out of the index so far: {:?} (unknown parents are blocks stored before the subscription; off-GPU tiers are not indexed)",
+                "{}: KV blocks left out of the index so far: {} (stored with a parent block that was stored before the subscription began)",
                 self.id,
-                self.untranslated
+                self.untranslated.unknown_parent
             );
         }
         let events: Vec<KvEvent> = kinds

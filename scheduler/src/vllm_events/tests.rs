@@ -151,42 +151,87 @@ fn newer_vllm_batches_with_other_block_sizes_give_the_gateways_hashes() {
 }
 
 #[test]
-fn unknown_parents_other_tiers_and_adapters_stay_out_of_the_base_chain() {
+fn unknown_parents_stay_out_and_adapters_get_their_own_chain() {
     let tokens: Vec<u32> = (0..16).collect();
-    let stored = |hash: u64, parent: Value, lora: Value, medium: Value| {
-        Value::Array(vec![
-            Value::from("BlockStored"),
-            ints([hash]),
-            parent,
-            ints(tokens.iter().map(|&t| t as u64)),
-            Value::from(16),
-            lora,
-            medium,
-        ])
-    };
     let mut translator = Translator::new(16);
     let (out, untranslated) = translate_all(
         &mut translator,
-        &old_batch(vec![
-            stored(1, Value::from(777), Value::Nil, Value::Nil),
-            stored(2, Value::Nil, Value::Nil, Value::from("CPU")),
-        ]),
+        &old_batch(vec![stored_block(
+            &tokens,
+            1,
+            Value::from(777),
+            Value::Nil,
+            Value::Nil,
+        )]),
     );
     assert!(out.is_empty());
-    assert_eq!(
-        untranslated,
-        Untranslated {
-            unknown_parent: 1,
-            off_gpu: 1
-        }
-    );
+    assert_eq!(untranslated, Untranslated { unknown_parent: 1 });
     let (out, _) = translate_all(
         &mut translator,
-        &old_batch(vec![stored(3, Value::Nil, Value::from(5), Value::Nil)]),
+        &old_batch(vec![stored_block(
+            &tokens,
+            3,
+            Value::Nil,
+            Value::from(5),
+            Value::Nil,
+        )]),
     );
     let lora = stored_hashes(&out);
     assert_eq!(lora.len(), 1);
     assert_ne!(lora[0], block_hashes(&tokens, 16)[0]);
+}
+
+/// A one-block `BlockStored` of `tokens` (older format) with its `hash`, parent, LoRA and medium.
+fn stored_block(tokens: &[u32], hash: u64, parent: Value, lora: Value, medium: Value) -> Value {
+    Value::Array(vec![
+        Value::from("BlockStored"),
+        ints([hash]),
+        parent,
+        ints(tokens.iter().map(|&t| t as u64)),
+        Value::from(16),
+        lora,
+        medium,
+    ])
+}
+
+#[test]
+fn a_block_is_held_while_any_medium_holds_it() {
+    let tokens: Vec<u32> = (0..32).collect();
+    let hashes = block_hashes(&tokens, 16);
+    let removed = |hash: u64, medium: &str| {
+        Value::Array(vec![
+            Value::from("BlockRemoved"),
+            ints([hash]),
+            Value::from(medium),
+        ])
+    };
+    let mut translator = Translator::new(16);
+    // Stored on the GPU, offloaded to the CPU tier, then evicted from the GPU: still held.
+    let (out, _) = translate_all(
+        &mut translator,
+        &old_batch(vec![
+            stored_block(&tokens[..16], 1, Value::Nil, Value::Nil, Value::from("GPU")),
+            stored_block(&tokens[..16], 1, Value::Nil, Value::Nil, Value::from("CPU")),
+            removed(1, "GPU"),
+        ]),
+    );
+    assert_eq!(stored_hashes(&out), vec![hashes[0]]);
+    assert!(!out.iter().any(|e| matches!(e, KvEventKind::Removed { .. })));
+    // A child stored off the GPU only chains on the held block, and is a hit like it.
+    let (out, _) = translate_all(
+        &mut translator,
+        &old_batch(vec![stored_block(
+            &tokens[16..],
+            2,
+            Value::from(1),
+            Value::Nil,
+            Value::from("CPU"),
+        )]),
+    );
+    assert_eq!(stored_hashes(&out), vec![hashes[1]]);
+    // Dropped by the last medium holding it: it leaves the index.
+    let (out, _) = translate_all(&mut translator, &old_batch(vec![removed(1, "CPU")]));
+    assert_eq!(out, vec![KvEventKind::Removed { hash: hashes[0] }]);
 }
 
 #[test]

@@ -5,6 +5,10 @@
 //! continues the switchyard chain where its parent left it, and every switchyard-sized block it
 //! completes is stored in the index. Engine blocks larger or smaller than the gateway's are both
 //! fine; tokens past the last full switchyard block wait for the next engine block.
+//!
+//! A block counts as held while any medium holds it: the GPU, or a host or disk tier (vLLM's
+//! offloading publishes `medium: "CPU"` copies), as switchyard's own engines count their host
+//! tier; it leaves the index when the last medium drops it.
 
 use super::wire::{EngineEvent, EngineHash};
 use rustc_hash::FxHashMap;
@@ -25,6 +29,21 @@ struct ChainPoint {
     completed_last: bool,
     /// Blocks it completed before `last` (engine blocks larger than the gateway's).
     completed_before: Box<[u64]>,
+    /// The media holding it ([`GPU`], [`OFF_GPU`]).
+    media: u8,
+}
+
+/// The GPU holds the block.
+const GPU: u8 = 1;
+/// A host or disk tier holds the block.
+const OFF_GPU: u8 = 2;
+
+fn medium(on_gpu: bool) -> u8 {
+    if on_gpu {
+        GPU
+    } else {
+        OFF_GPU
+    }
 }
 
 impl ChainPoint {
@@ -41,8 +60,6 @@ pub struct Untranslated {
     /// Stored blocks whose parent was never seen (stored before the subscription began), left
     /// out of the index.
     pub unknown_parent: usize,
-    /// Blocks off the GPU (the engine's host or disk tier), left out of the index.
-    pub off_gpu: usize,
 }
 
 /// One engine's blocks as switchyard blocks.
@@ -110,10 +127,7 @@ impl Translator {
                 lora_id,
                 on_gpu,
             } => {
-                if !on_gpu {
-                    untranslated.off_gpu += block_hashes.len();
-                    return;
-                }
+                let media = medium(*on_gpu);
                 let (mut last, mut pending) = match parent {
                     Some(parent) => match self.blocks.get(parent) {
                         Some(point) => (point.last, point.pending.to_vec()),
@@ -132,6 +146,12 @@ impl Translator {
                         untranslated.unknown_parent += block_hashes.len() - i;
                         return;
                     };
+                    if let Some(held) = self.blocks.get_mut(hash) {
+                        // Held already (in another medium): the chain goes on from it.
+                        held.media |= media;
+                        (last, pending) = (held.last, held.pending.to_vec());
+                        continue;
+                    }
                     completed.clear();
                     let mut rest = tokens;
                     if !pending.is_empty() {
@@ -158,6 +178,7 @@ impl Translator {
                         pending: pending.as_slice().into(),
                         completed_last: !completed.is_empty(),
                         completed_before: completed[..before].into(),
+                        media,
                     };
                     self.blocks.insert(*hash, point);
                 }
@@ -166,12 +187,14 @@ impl Translator {
                 block_hashes,
                 on_gpu,
             } => {
-                if !on_gpu {
-                    untranslated.off_gpu += block_hashes.len();
-                    return;
-                }
+                let media = medium(*on_gpu);
                 for hash in block_hashes {
-                    if let Some(point) = self.blocks.remove(hash) {
+                    let Some(point) = self.blocks.get_mut(hash) else {
+                        continue;
+                    };
+                    point.media &= !media;
+                    if point.media == 0 {
+                        let point = self.blocks.remove(hash).unwrap_or_default();
                         out.extend(point.completed().map(|hash| KvEventKind::Removed { hash }));
                     }
                 }
