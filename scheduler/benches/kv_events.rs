@@ -14,6 +14,10 @@ use switchyard_scheduler::prefix_index::PrefixIndex;
 use switchyard_scheduler::vllm_events::translate::{Translator, Untranslated};
 use switchyard_scheduler::vllm_events::wire::decode_batch;
 
+/// The allocator of the `switchyard` binary (cli/src/main.rs), so the bench pays what it pays.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const BLOCKS: u64 = 1_000_000;
 const BLOCK_SIZE: u64 = 16;
 const CHAINS: u64 = 1000;

@@ -12,6 +12,7 @@
 
 use super::wire::{EngineEvent, EngineHash};
 use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
 use switchyard_protocol::hashing::{chain_hash, local_block_hash};
 use switchyard_protocol::kv_events::{KvEventKind, StoredBlock};
 
@@ -69,6 +70,18 @@ pub struct Translator {
     blocks: FxHashMap<EngineHash, ChainPoint>,
 }
 
+/// Adds the switchyard block of `tokens` (`size` of them) after `parent` to `out`; its chained
+/// hash.
+fn store(size: usize, parent: Option<u64>, tokens: &[u32], out: &mut Vec<KvEventKind>) -> u64 {
+    let hash = chain_hash(parent, local_block_hash(tokens));
+    out.push(KvEventKind::Stored(StoredBlock {
+        hash,
+        parent,
+        token_count: size as u32,
+    }));
+    hash
+}
+
 /// The chain a LoRA adapter's blocks start from: their own namespace, so that no base-model
 /// prompt ever matches them.
 fn lora_root(lora_id: i64) -> u64 {
@@ -100,17 +113,6 @@ impl Translator {
         self.blocks.clear();
     }
 
-    /// Adds the switchyard block of `tokens` after `parent` to `out`; its chained hash.
-    fn store(&self, parent: Option<u64>, tokens: &[u32], out: &mut Vec<KvEventKind>) -> u64 {
-        let hash = chain_hash(parent, local_block_hash(tokens));
-        out.push(KvEventKind::Stored(StoredBlock {
-            hash,
-            parent,
-            token_count: self.block_size as u32,
-        }));
-        hash
-    }
-
     /// The index changes `event` makes, added to `out`.
     pub fn translate(
         &mut self,
@@ -127,7 +129,7 @@ impl Translator {
                 lora_id,
                 on_gpu,
             } => {
-                let media = medium(*on_gpu);
+                let (media, size) = (medium(*on_gpu), self.block_size);
                 let (mut last, mut pending) = match parent {
                     Some(parent) => match self.blocks.get(parent) {
                         Some(point) => (point.last, point.pending.to_vec()),
@@ -146,41 +148,44 @@ impl Translator {
                         untranslated.unknown_parent += block_hashes.len() - i;
                         return;
                     };
-                    if let Some(held) = self.blocks.get_mut(hash) {
-                        // Held already (in another medium): the chain goes on from it.
-                        held.media |= media;
-                        (last, pending) = (held.last, held.pending.to_vec());
-                        continue;
-                    }
+                    let vacant = match self.blocks.entry(*hash) {
+                        Entry::Occupied(mut held) => {
+                            // Held already (in another medium): the chain goes on from it.
+                            let held = held.get_mut();
+                            held.media |= media;
+                            (last, pending) = (held.last, held.pending.to_vec());
+                            continue;
+                        }
+                        Entry::Vacant(vacant) => vacant,
+                    };
                     completed.clear();
                     let mut rest = tokens;
                     if !pending.is_empty() {
-                        let take = (self.block_size - pending.len()).min(rest.len());
+                        let take = (size - pending.len()).min(rest.len());
                         pending.extend_from_slice(&rest[..take]);
                         rest = &rest[take..];
-                        if pending.len() == self.block_size {
-                            let hash = self.store(last, &pending, out);
+                        if pending.len() == size {
+                            let hash = store(size, last, &pending, out);
                             last = Some(hash);
                             completed.push(hash);
                             pending.clear();
                         }
                     }
-                    let mut blocks = rest.chunks_exact(self.block_size);
+                    let mut blocks = rest.chunks_exact(size);
                     for block in blocks.by_ref() {
-                        let hash = self.store(last, block, out);
+                        let hash = store(size, last, block, out);
                         last = Some(hash);
                         completed.push(hash);
                     }
                     pending.extend_from_slice(blocks.remainder());
                     let before = completed.len().saturating_sub(1);
-                    let point = ChainPoint {
+                    vacant.insert(ChainPoint {
                         last,
                         pending: pending.as_slice().into(),
                         completed_last: !completed.is_empty(),
                         completed_before: completed[..before].into(),
                         media,
-                    };
-                    self.blocks.insert(*hash, point);
+                    });
                 }
             }
             EngineEvent::Removed {
