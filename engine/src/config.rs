@@ -47,13 +47,13 @@ pub struct ListenArgs {
     pub instances: usize,
     /// Also publish the KV events in vLLM's ZMQ format (for routers that read vLLM's), from
     /// this port on: instance i publishes on port + i.
-    #[arg(long, env = "SWITCHYARD_KV_EVENTS_PORT")]
+    #[arg(long, env = "SWITCHYARD_ENGINE_KV_EVENTS_PORT")]
     pub kv_events_port: Option<u16>,
     /// With --kv-events-port: keep the last 10,000 batches for replay, answered from this port
     /// on (instance i on port + i).
     #[arg(
         long,
-        env = "SWITCHYARD_KV_EVENTS_REPLAY_PORT",
+        env = "SWITCHYARD_ENGINE_KV_EVENTS_REPLAY_PORT",
         requires = "kv_events_port"
     )]
     pub kv_events_replay_port: Option<u16>,
