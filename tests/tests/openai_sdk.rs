@@ -79,7 +79,7 @@ async fn a_gateway_given_no_model_flag_serves_what_its_engines_serve() {
     if !sdk_present() {
         return;
     }
-    // The README's separate-process quick start, as written there.
+    // The separate-process quick start, as docs/getting-started.md writes it.
     let engines = Process::engine(2, &["--sim-time-scale", "100"]).await;
     let instances = format!("{},{}", engines.url(0), engines.url(1));
     let scheduler = Process::scheduler(&["--instances", &instances]).await;
