@@ -1,7 +1,7 @@
 //! A bench's results: JSON for machines, a markdown table for BENCHMARKS.md, SVG plots (latency
 //! CDFs per rate; TTFT and goodput against the request rate).
 
-use crate::stats::{Outcome, Summary};
+use crate::stats::{Outcome, Slo, Summary};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use serde::Serialize;
@@ -76,55 +76,165 @@ fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
 /// Named series of (x, y) points.
 type Lines = Vec<(String, Vec<(f64, f64)>)>;
 
-/// One SVG line chart: `axes` names x and y, `top` is the largest y shown.
+/// How one axis is drawn: its label (with the unit) and whether it is logarithmic (latencies,
+/// whose 300 ms and 3 s differ as much as what matters to a user).
+#[derive(Clone, Copy)]
+struct Axis<'a> {
+    label: &'a str,
+    log: bool,
+}
+
+/// The range an axis shows: fitted to `values` with a margin (on a log axis, to their positive
+/// part), so data at 40-80 is not drawn in the top corner of a 0-80 frame.
+fn fitted(values: impl Iterator<Item = f64>, log: bool) -> std::ops::Range<f64> {
+    let (mut low, mut high) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in values.filter(|v| v.is_finite() && (!log || *v > 0.0)) {
+        low = low.min(v);
+        high = high.max(v);
+    }
+    if low > high {
+        return if log { 1.0..10.0 } else { 0.0..1.0 };
+    }
+    if log {
+        return low / 1.25..high * 1.25;
+    }
+    let pad = ((high - low) * 0.05).max(high.abs() * 1e-3).max(1e-9);
+    (low - pad)..(high + pad)
+}
+
+/// A tick label: on a log axis only at 1, 2 and 5 times a power of ten (plotters puts a tick at
+/// every integer multiple, whose labels run into each other near the next power).
+fn tick(log: bool) -> impl Fn(&f64) -> String {
+    move |v: &f64| {
+        let shown = if *v >= 100.0 || *v == v.round() {
+            format!("{v:.0}")
+        } else {
+            format!("{v:.2}")
+                .trim_end_matches('0')
+                .trim_end_matches('.')
+                .to_string()
+        };
+        if !log || *v <= 0.0 {
+            return shown;
+        }
+        let mantissa = v / 10f64.powf(v.log10().floor());
+        let round = [1.0, 2.0, 5.0].iter().any(|m| (mantissa - m).abs() < 1e-6);
+        if round {
+            shown
+        } else {
+            String::new()
+        }
+    }
+}
+
+/// A horizontal line at `y` drawn across a chart, labelled (an SLO).
+struct Threshold<'a> {
+    y: f64,
+    label: &'a str,
+}
+
+/// One SVG line chart with its legend in a column of its own, right of the plot, so that no
+/// line is hidden; `threshold`, if any, is drawn as a dashed line across.
 fn line_chart(
     path: &Path,
     title: &str,
-    axes: (&str, &str),
-    top: f64,
+    axes: (Axis<'_>, Axis<'_>),
     lines: Lines,
+    threshold: Option<Threshold<'_>>,
 ) -> anyhow::Result<()> {
-    let right = lines
-        .iter()
-        .flat_map(|(_, l)| l.iter().map(|p| p.0))
-        .fold(0.0f64, f64::max)
-        .max(1e-9)
-        * 1.05;
-    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    let root = SVGBackend::new(path, (1000, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
-    let mut chart = ChartBuilder::on(&root)
+    let (plot_area, legend_area) = root.split_horizontally(760);
+    let xs = fitted(
+        lines.iter().flat_map(|(_, l)| l.iter().map(|p| p.0)),
+        axes.0.log,
+    );
+    let ys = fitted(
+        lines
+            .iter()
+            .flat_map(|(_, l)| l.iter().map(|p| p.1))
+            .chain(threshold.as_ref().map(|t| t.y)),
+        axes.1.log,
+    );
+    let mut builder = ChartBuilder::on(&plot_area);
+    builder
         .caption(title, ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..right, 0.0..top)
-        .map_err(plot_err)?;
-    chart
-        .configure_mesh()
-        .x_desc(axes.0)
-        .y_desc(axes.1)
-        .draw()
-        .map_err(plot_err)?;
-    for (i, (name, points)) in lines.into_iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(plot_err)?
-            .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+        .y_label_area_size(70);
+    let colors: Vec<RGBAColor> = (0..lines.len())
+        .map(|i| Palette99::pick(i).to_rgba())
+        .collect();
+    macro_rules! draw {
+        ($chart:expr) => {{
+            let mut chart = $chart;
+            let (x_tick, y_tick) = (tick(axes.0.log), tick(axes.1.log));
+            chart
+                .configure_mesh()
+                .x_desc(axes.0.label)
+                .y_desc(axes.1.label)
+                .x_labels(if axes.0.log { 30 } else { 12 })
+                .y_labels(if axes.1.log { 30 } else { 12 })
+                .x_label_formatter(&x_tick)
+                .y_label_formatter(&y_tick)
+                .light_line_style(WHITE)
+                .draw()
+                .map_err(plot_err)?;
+            for ((_, points), color) in lines.iter().zip(&colors) {
+                chart
+                    .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+                    .map_err(plot_err)?;
+            }
+            if let Some(t) = &threshold {
+                let dashes = DashedLineSeries::new(
+                    vec![(xs.start, t.y), (xs.end, t.y)],
+                    8,
+                    5,
+                    BLACK.stroke_width(1),
+                );
+                chart.draw_series(dashes).map_err(plot_err)?;
+            }
+        }};
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(plot_err)?;
+    // plotters types a log axis differently from a linear one, hence one arm per combination.
+    match (axes.0.log, axes.1.log) {
+        (false, false) => draw!(builder
+            .build_cartesian_2d(xs.clone(), ys.clone())
+            .map_err(plot_err)?),
+        (false, true) => draw!(builder
+            .build_cartesian_2d(xs.clone(), ys.clone().log_scale())
+            .map_err(plot_err)?),
+        (true, false) => draw!(builder
+            .build_cartesian_2d(xs.clone().log_scale(), ys.clone())
+            .map_err(plot_err)?),
+        (true, true) => draw!(builder
+            .build_cartesian_2d(xs.clone().log_scale(), ys.clone().log_scale())
+            .map_err(plot_err)?),
+    }
+    let mut entries: Vec<(String, ShapeStyle)> = lines
+        .iter()
+        .zip(&colors)
+        .map(|((name, _), color)| (name.clone(), color.stroke_width(2)))
+        .collect();
+    if let Some(t) = &threshold {
+        entries.push((t.label.to_string(), BLACK.stroke_width(1)));
+    }
+    for (i, (name, style)) in entries.into_iter().enumerate() {
+        let y = 50 + 22 * i as i32;
+        legend_area
+            .draw(&PathElement::new(vec![(8, y), (32, y)], style))
+            .map_err(plot_err)?;
+        legend_area
+            .draw(&Text::new(name, (40, y - 7), ("sans-serif", 14)))
+            .map_err(plot_err)?;
+    }
     root.present().map_err(plot_err)
 }
 
 /// Writes `ttft_cdf.svg`, `e2e_cdf.svg` and, for sweeps, `ttft_vs_rate.svg` and
-/// `goodput_vs_rate.svg` to `dir`.
-pub fn plots(dir: &Path, results: &[RunResult]) -> anyhow::Result<()> {
+/// `goodput_vs_rate.svg` to `dir`; latencies on log axes, the TTFT objective of `slo` drawn
+/// where there is one.
+pub fn plots(dir: &Path, results: &[RunResult], slo: Slo) -> anyhow::Result<()> {
     let cdfs = |pick: &dyn Fn(&Outcome) -> Option<f64>| -> Lines {
         results
             .iter()
@@ -139,21 +249,24 @@ pub fn plots(dir: &Path, results: &[RunResult]) -> anyhow::Result<()> {
             })
             .collect()
     };
-    let ttft = cdfs(&|o| o.ttft.map(|t| t * 1e3));
+    let latency = |label| Axis { label, log: true };
+    let share = Axis {
+        label: "share of requests",
+        log: false,
+    };
     line_chart(
         &dir.join("ttft_cdf.svg"),
         "Time to first token (CDF)",
-        ("ms", "share of requests"),
-        1.0,
-        ttft,
+        (latency("time to first token (ms, log scale)"), share),
+        cdfs(&|o| o.ttft.map(|t| t * 1e3)),
+        None,
     )?;
-    let e2e = cdfs(&|o| Some(o.e2e));
     line_chart(
         &dir.join("e2e_cdf.svg"),
         "End-to-end latency (CDF)",
-        ("s", "share of requests"),
-        1.0,
-        e2e,
+        (latency("end-to-end latency (s, log scale)"), share),
+        cdfs(&|o| Some(o.e2e)),
+        None,
     )?;
     if results.len() < 2 {
         return Ok(());
@@ -174,32 +287,36 @@ pub fn plots(dir: &Path, results: &[RunResult]) -> anyhow::Result<()> {
             })
             .collect()
     };
-    let top = |lines: &Lines| {
-        lines
-            .iter()
-            .flat_map(|(_, l)| l.iter().map(|p| p.1))
-            .fold(0.0f64, f64::max)
-            .max(1e-9)
-            * 1.1
-    };
     let mut ttft = by_label("p50", &|s| s.ttft_ms.p50);
     ttft.extend(by_label("p99", &|s| s.ttft_ms.p99));
-    let rate_axis = "offered requests per second";
+    let rate = Axis {
+        label: "offered request rate (req/s)",
+        log: false,
+    };
     line_chart(
         &dir.join("ttft_vs_rate.svg"),
         "TTFT against request rate",
-        (rate_axis, "ms"),
-        top(&ttft),
+        (rate, latency("time to first token (ms, log scale)")),
         ttft,
+        slo.ttft_ms.map(|y| Threshold {
+            y,
+            label: "TTFT objective",
+        }),
     )?;
     let mut goodput = by_label("goodput", &|s| s.goodput);
     goodput.extend(by_label("throughput", &|s| s.request_throughput));
     line_chart(
         &dir.join("goodput_vs_rate.svg"),
         "Goodput against request rate",
-        (rate_axis, "req/s (goodput: within the SLOs)"),
-        top(&goodput),
+        (
+            rate,
+            Axis {
+                label: "requests per second (goodput: within the SLOs)",
+                log: false,
+            },
+        ),
         goodput,
+        None,
     )
 }
 
@@ -224,7 +341,12 @@ pub fn write_results(
         serde_json::to_string_pretty(&header)?,
     )?;
     std::fs::write(dir.join("result.md"), &table)?;
-    plots(dir, results)?;
+    // The header says the objectives the runs were judged by (`slo`), when there are any.
+    let slo = Slo {
+        ttft_ms: header["slo"]["ttft_ms"].as_f64(),
+        tpot_ms: header["slo"]["tpot_ms"].as_f64(),
+    };
+    plots(dir, results, slo)?;
     eprintln!("results written to {}", dir.display());
     Ok(())
 }

@@ -437,7 +437,7 @@ pub fn run_suite(args: &SimArgs) -> anyhow::Result<()> {
     }
     println!("{report}");
     if let Some(dir) = &args.out {
-        write(dir, &report, &results, args)?;
+        write(dir, &report, &results, args, slo)?;
     }
     Ok(())
 }
@@ -551,12 +551,14 @@ pub fn goals(results: &[WorkloadResult], default: &str) -> Option<String> {
     Some(out)
 }
 
-/// Writes `suite.md`, `suite.json` and each workload's plots under `dir`.
+/// Writes `suite.md`, `suite.json` and each workload's plots (with the objectives `slo`) under
+/// `dir`.
 fn write(
     dir: &Path,
     report: &str,
     results: &[WorkloadResult],
     args: &SimArgs,
+    slo: Slo,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
@@ -589,7 +591,7 @@ fn write(
         let folder = dir.join(w.workload.replace(['/', ':'], "_"));
         std::fs::create_dir_all(&folder)?;
         let runs: Vec<RunResult> = w.policies.iter().flat_map(|p| p.sweep.clone()).collect();
-        plots(&folder, &runs)?;
+        plots(&folder, &runs, slo)?;
     }
     eprintln!("suite written to {}", dir.display());
     Ok(())
