@@ -34,12 +34,12 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaGraph, CudaStream};
 use gemm::{Blas, Output};
 use half::bf16;
-use launch::{AttentionShape, Kernels, MAX_HEAD_DIM, NULL};
+use launch::{AttentionShape, Kernels, Ptr, MAX_HEAD_DIM, NULL};
 use layout::StepLayout;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use weights::DeviceWeights;
+use weights::{DeviceLayer, DeviceWeights};
 use workspace::{KvCache, Workspace};
 
 /// Compiles every kernel to PTX for each `compute_XY` architecture in `arches` (no GPU needed);
@@ -275,123 +275,14 @@ impl CudaBackend {
         let n = layout.tokens.len();
         let rows = layout.sample_rows.len();
         let wk = &self.work;
-        let (h, q_dim, kv_dim, inter) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
-        let heads = (c.num_heads, c.num_kv_heads, c.head_dim);
-        let eps = c.rms_norm_eps;
+        let h = c.hidden_size;
         let launch = fail("kernel launch");
-        let gemm = |x, weight, y, dims, output| {
-            // Safety: every buffer is sized for the workspace limits checked above.
-            unsafe { self.blas.linear(x, weight, y, dims, output) }
-                .map_err(|e| format!("cuBLAS: {e:?}"))
-        };
 
         k.embed(s, n, wk.tokens.ptr(), w.embed.ptr(), wk.x.ptr(), h)
             .map_err(&launch)?;
         for (i, layer) in w.layers.iter().enumerate() {
-            // Attention block. The first layer has no previous output to add.
-            let previous = if i == 0 { NULL } else { wk.delta.ptr() };
-            k.add_rms_norm(
-                s,
-                n,
-                wk.x.ptr(),
-                previous,
-                layer.input_norm.ptr(),
-                wk.normed.ptr(),
-                h,
-                eps,
-            )
-            .map_err(&launch)?;
-            gemm(
-                wk.normed.ptr(),
-                layer.qkv.ptr(),
-                wk.qkv.ptr(),
-                (n, q_dim + 2 * kv_dim, h),
-                Output::Bf16,
-            )?;
-            let (q_norm, k_norm) = layer.qk_norm_ptrs();
-            let caches = (self.kv.keys[i].ptr(), self.kv.values[i].ptr());
-            k.qkv_prepare(
-                s,
-                n,
-                wk.qkv.ptr(),
-                layer.bias_ptr(),
-                q_norm,
-                k_norm,
-                wk.positions.ptr(),
-                m.inverse_frequencies.ptr(),
-                wk.slots.ptr(),
-                caches.0,
-                caches.1,
-                heads,
-                eps,
-            )
-            .map_err(&launch)?;
-            if !layout.tile_tokens.is_empty() {
-                k.attention_prefill(
-                    s,
-                    layout.tile_tokens.len(),
-                    wk.qkv.ptr(),
-                    wk.attention.ptr(),
-                    caches,
-                    wk.block_tables.ptr(),
-                    (wk.tiles[0].ptr(), wk.tiles[1].ptr(), wk.tiles[2].ptr()),
-                    wk.positions.ptr(),
-                    &self.shape,
-                )
-                .map_err(&launch)?;
-            }
-            if !layout.decode_tokens.is_empty() {
-                k.attention_decode(
-                    s,
-                    layout.decode_tokens.len(),
-                    layout.decode_split(),
-                    wk.qkv.ptr(),
-                    wk.attention.ptr(),
-                    caches,
-                    wk.block_tables.ptr(),
-                    (wk.decode[0].ptr(), wk.decode[1].ptr()),
-                    wk.positions.ptr(),
-                    (wk.partial_stats.ptr(), wk.partial_out.ptr()),
-                    &self.shape,
-                )
-                .map_err(&launch)?;
-            }
-            gemm(
-                wk.attention.ptr(),
-                layer.o.ptr(),
-                wk.delta.ptr(),
-                (n, h, q_dim),
-                Output::Bf16,
-            )?;
-
-            // MLP block.
-            k.add_rms_norm(
-                s,
-                n,
-                wk.x.ptr(),
-                wk.delta.ptr(),
-                layer.post_norm.ptr(),
-                wk.normed.ptr(),
-                h,
-                eps,
-            )
-            .map_err(&launch)?;
-            gemm(
-                wk.normed.ptr(),
-                layer.gate_up.ptr(),
-                wk.gate_up.ptr(),
-                (n, 2 * inter, h),
-                Output::Bf16,
-            )?;
-            k.silu_mul(s, n, wk.gate_up.ptr(), wk.activation.ptr(), inter)
-                .map_err(&launch)?;
-            gemm(
-                wk.activation.ptr(),
-                layer.down.ptr(),
-                wk.delta.ptr(),
-                (n, h, inter),
-                Output::Bf16,
-            )?;
+            self.launch_attention(layout, i, layer)?;
+            self.launch_mlp(n, layer)?;
         }
         if rows == 0 {
             return Ok(());
@@ -406,7 +297,7 @@ impl CudaBackend {
             w.norm.ptr(),
             wk.normed.ptr(),
             h,
-            eps,
+            c.rms_norm_eps,
         )
         .map_err(&launch)?;
         k.gather_rows(
@@ -418,12 +309,157 @@ impl CudaBackend {
             h,
         )
         .map_err(&launch)?;
-        gemm(
+        self.gemm(
             wk.last.ptr(),
             w.lm_head(),
             wk.logits.ptr(),
             (rows, c.vocab_size, h),
             Output::F32,
+        )?;
+        Ok(())
+    }
+
+    /// A product through cuBLAS into `y` (bf16 or f32 `output`).
+    fn gemm(
+        &self,
+        x: Ptr,
+        weight: Ptr,
+        y: Ptr,
+        dims: (usize, usize, usize),
+        output: Output,
+    ) -> Result<(), String> {
+        // Safety: every buffer is sized for the workspace limits the step was checked against.
+        unsafe { self.blas.linear(x, weight, y, dims, output) }
+            .map_err(|e| format!("cuBLAS: {e:?}"))
+    }
+
+    /// Queues layer `i`'s attention block: the residual add and norm, the fused QKV product,
+    /// RoPE and the KV write, prefill and decode attention, and the output product.
+    fn launch_attention(
+        &self,
+        layout: &StepLayout,
+        i: usize,
+        layer: &DeviceLayer,
+    ) -> Result<(), String> {
+        let m = &self.model;
+        let (c, k) = (&m.config, &m.kernels);
+        let (s, wk) = (&self.stream, &self.work);
+        let n = layout.tokens.len();
+        let (h, q_dim, kv_dim) = (c.hidden_size, c.q_dim(), c.kv_dim());
+        let heads = (c.num_heads, c.num_kv_heads, c.head_dim);
+        let eps = c.rms_norm_eps;
+        let launch = fail("kernel launch");
+        // The first layer has no previous output to add.
+        let previous = if i == 0 { NULL } else { wk.delta.ptr() };
+        k.add_rms_norm(
+            s,
+            n,
+            wk.x.ptr(),
+            previous,
+            layer.input_norm.ptr(),
+            wk.normed.ptr(),
+            h,
+            eps,
+        )
+        .map_err(&launch)?;
+        self.gemm(
+            wk.normed.ptr(),
+            layer.qkv.ptr(),
+            wk.qkv.ptr(),
+            (n, q_dim + 2 * kv_dim, h),
+            Output::Bf16,
+        )?;
+        let (q_norm, k_norm) = layer.qk_norm_ptrs();
+        let caches = (self.kv.keys[i].ptr(), self.kv.values[i].ptr());
+        k.qkv_prepare(
+            s,
+            n,
+            wk.qkv.ptr(),
+            layer.bias_ptr(),
+            q_norm,
+            k_norm,
+            wk.positions.ptr(),
+            m.inverse_frequencies.ptr(),
+            wk.slots.ptr(),
+            caches.0,
+            caches.1,
+            heads,
+            eps,
+        )
+        .map_err(&launch)?;
+        if !layout.tile_tokens.is_empty() {
+            k.attention_prefill(
+                s,
+                layout.tile_tokens.len(),
+                wk.qkv.ptr(),
+                wk.attention.ptr(),
+                caches,
+                wk.block_tables.ptr(),
+                (wk.tiles[0].ptr(), wk.tiles[1].ptr(), wk.tiles[2].ptr()),
+                wk.positions.ptr(),
+                &self.shape,
+            )
+            .map_err(&launch)?;
+        }
+        if !layout.decode_tokens.is_empty() {
+            k.attention_decode(
+                s,
+                layout.decode_tokens.len(),
+                layout.decode_split(),
+                wk.qkv.ptr(),
+                wk.attention.ptr(),
+                caches,
+                wk.block_tables.ptr(),
+                (wk.decode[0].ptr(), wk.decode[1].ptr()),
+                wk.positions.ptr(),
+                (wk.partial_stats.ptr(), wk.partial_out.ptr()),
+                &self.shape,
+            )
+            .map_err(&launch)?;
+        }
+        self.gemm(
+            wk.attention.ptr(),
+            layer.o.ptr(),
+            wk.delta.ptr(),
+            (n, h, q_dim),
+            Output::Bf16,
+        )?;
+        Ok(())
+    }
+
+    /// Queues a layer's MLP block: the residual add and norm, the fused gate/up product,
+    /// SiLU-multiply, and the down product.
+    fn launch_mlp(&self, n: usize, layer: &DeviceLayer) -> Result<(), String> {
+        let c = &self.model.config;
+        let (k, s, wk) = (&self.model.kernels, &self.stream, &self.work);
+        let (h, inter, eps) = (c.hidden_size, c.intermediate_size, c.rms_norm_eps);
+        let launch = fail("kernel launch");
+        k.add_rms_norm(
+            s,
+            n,
+            wk.x.ptr(),
+            wk.delta.ptr(),
+            layer.post_norm.ptr(),
+            wk.normed.ptr(),
+            h,
+            eps,
+        )
+        .map_err(&launch)?;
+        self.gemm(
+            wk.normed.ptr(),
+            layer.gate_up.ptr(),
+            wk.gate_up.ptr(),
+            (n, 2 * inter, h),
+            Output::Bf16,
+        )?;
+        k.silu_mul(s, n, wk.gate_up.ptr(), wk.activation.ptr(), inter)
+            .map_err(&launch)?;
+        self.gemm(
+            wk.activation.ptr(),
+            layer.down.ptr(),
+            wk.delta.ptr(),
+            (n, h, inter),
+            Output::Bf16,
         )?;
         Ok(())
     }
