@@ -3,10 +3,11 @@
 
 use crate::config::{EngineArgs, ListenArgs};
 use crate::instance::Instance;
-use crate::vllm_publisher::{self, PublisherPorts};
+use crate::vllm_publisher;
 use anyhow::Context;
 use std::sync::Arc;
 use std::time::Duration;
+use switchyard_protocol::vllm_kv_events::ZmqPorts;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -73,7 +74,7 @@ pub async fn run(listen: ListenArgs, args: EngineArgs) -> anyhow::Result<()> {
 }
 
 /// Where instance `i` publishes vLLM-format KV events, if it does.
-fn publisher_ports(listen: &ListenArgs, i: usize) -> anyhow::Result<Option<PublisherPorts>> {
+fn publisher_ports(listen: &ListenArgs, i: usize) -> anyhow::Result<Option<ZmqPorts>> {
     let shifted = |port: u16| {
         port.checked_add(i as u16)
             .context("KV event ports run past 65535")
@@ -81,7 +82,7 @@ fn publisher_ports(listen: &ListenArgs, i: usize) -> anyhow::Result<Option<Publi
     let Some(publisher) = listen.kv_events_port else {
         return Ok(None);
     };
-    Ok(Some(PublisherPorts {
+    Ok(Some(ZmqPorts {
         publisher: shifted(publisher)?,
         replay: listen.kv_events_replay_port.map(shifted).transpose()?,
     }))

@@ -11,6 +11,9 @@ use rmp::encode;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use switchyard_protocol::kv_events::{KvEvent, KvEventKind};
+use switchyard_protocol::vllm_kv_events::{
+    ZmqPorts, BLOCK_REMOVED_FIELDS, BLOCK_STORED_FIELDS, END_OF_REPLAY,
+};
 use tokio::sync::mpsc;
 use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
@@ -23,19 +26,8 @@ pub struct PublishedBatch {
     pub tokens: FxHashMap<u64, Box<[u32]>>,
 }
 
-/// Where one instance publishes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PublisherPorts {
-    /// The PUB socket's port.
-    pub publisher: u16,
-    /// The replay socket's port, if batches are kept for replay.
-    pub replay: Option<u16>,
-}
-
 /// Batches kept for replay (vLLM's default `buffer_steps`).
 const KEPT_BATCHES: usize = 10_000;
-/// The sequence number that ends a replay.
-const END_OF_REPLAY: [u8; 8] = [0xff; 8];
 
 // Writing to a Vec cannot fail, so the encoder's results are dropped throughout.
 fn write_hash_list(out: &mut Vec<u8>, hash: u64) {
@@ -53,7 +45,7 @@ pub fn encode_batch(batch: &PublishedBatch, block_size: usize, ts: f64) -> Vec<u
         match &event.kind {
             KvEventKind::Stored(block) => {
                 let tokens = batch.tokens.get(&block.hash).map_or(&[][..], |t| &t[..]);
-                let _ = encode::write_array_len(&mut out, 7);
+                let _ = encode::write_array_len(&mut out, 1 + BLOCK_STORED_FIELDS.len() as u32);
                 let _ = encode::write_str(&mut out, "BlockStored");
                 write_hash_list(&mut out, block.hash);
                 match block.parent {
@@ -69,7 +61,7 @@ pub fn encode_batch(batch: &PublishedBatch, block_size: usize, ts: f64) -> Vec<u
                 let _ = encode::write_str(&mut out, "GPU");
             }
             KvEventKind::Removed { hash } => {
-                let _ = encode::write_array_len(&mut out, 3);
+                let _ = encode::write_array_len(&mut out, 1 + BLOCK_REMOVED_FIELDS.len() as u32);
                 let _ = encode::write_str(&mut out, "BlockRemoved");
                 write_hash_list(&mut out, *hash);
                 let _ = encode::write_str(&mut out, "GPU");
@@ -95,7 +87,7 @@ fn message(frames: Vec<Vec<u8>>) -> ZmqMessage {
 /// Publishes the batches `batches` brings on `host` and `ports` until its sender is dropped.
 pub async fn run(
     host: String,
-    ports: PublisherPorts,
+    ports: ZmqPorts,
     block_size: usize,
     mut batches: mpsc::UnboundedReceiver<PublishedBatch>,
 ) -> anyhow::Result<()> {

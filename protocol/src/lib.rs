@@ -8,6 +8,7 @@
 //! - [`schedule`]: the schedule API between gateway and scheduler.
 //! - [`secret`]: API keys, compared in constant time and never printed.
 //! - [`clock`]: the Unix-time clock the processes share.
+//! - [`vllm_kv_events`]: what the publisher and subscriber of vLLM's KV-event format share.
 //! - [`model_description`]: what an engine tells a gateway about the model it serves.
 
 pub mod clock;
@@ -18,6 +19,7 @@ pub mod model_description;
 pub mod openai;
 pub mod schedule;
 pub mod secret;
+pub mod vllm_kv_events;
 
 /// The request header that asks a switchyard engine for the ids of the generated tokens in a
 /// stream: each event then carries them in an SSE comment line, `: token_ids 1,2,3`, which SSE

@@ -4,8 +4,7 @@
 use crate::policy::Policy;
 use crate::score::Slos;
 use crate::service::{
-    first_statuses, parse_entry, router, run_discovery, Discovery, EventPorts, FollowSettings,
-    SchedulerService,
+    first_statuses, parse_entry, router, run_discovery, Discovery, FollowSettings, SchedulerService,
 };
 use crate::{Scheduler, SchedulerConfig};
 use anyhow::Context;
@@ -13,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use switchyard_http::admin::AdminArgs;
 use switchyard_http::flags::{Positive, Seconds, SecondsOrZero};
+use switchyard_protocol::vllm_kv_events::ZmqPorts;
 
 /// How long the server waits, once stopped, for answers still being written.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
@@ -243,7 +243,7 @@ pub async fn run(
             .max(MIN_DISCOVERY_INTERVAL),
         scrape_interval: Duration::from_millis(args.scrape_interval.max(1)),
         block_size: args.block_size,
-        kv_events: args.kv_events_port.map(|publisher| EventPorts {
+        kv_events: args.kv_events_port.map(|publisher| ZmqPorts {
             publisher,
             replay: args.kv_events_replay_port,
         }),

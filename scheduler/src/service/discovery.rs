@@ -4,7 +4,7 @@
 //! dropped with their index entries and dispatches.
 
 use super::sources::{follow_state, probe_model, scrape_instance, watch_switchyard_instance};
-use super::zmq_events::{follow_zmq_events, EventPorts};
+use super::zmq_events::follow_zmq_events;
 use super::SchedulerService;
 use crate::cms::{EngineKind, InstanceMeta};
 use std::collections::HashMap;
@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_protocol::schedule::InferStage;
+use switchyard_protocol::vllm_kv_events::ZmqPorts;
 use tokio::task::JoinHandle;
 
 /// A source of instance entries (`URL` or `KIND@URL`).
@@ -41,7 +42,7 @@ pub struct FollowSettings {
     pub block_size: u32,
     /// Where every scraped instance publishes its KV events (at its own host), unless its
     /// entry says otherwise.
-    pub kv_events: Option<EventPorts>,
+    pub kv_events: Option<ZmqPorts>,
 }
 
 impl Discovery {
@@ -99,7 +100,7 @@ pub struct InstanceEntry {
     /// Its base URL.
     pub url: String,
     /// Where it publishes KV events, if the entry says.
-    pub kv_events: Option<EventPorts>,
+    pub kv_events: Option<ZmqPorts>,
 }
 
 /// Reads an instance entry.
@@ -122,7 +123,7 @@ pub fn parse_entry(entry: &str) -> anyhow::Result<InstanceEntry> {
         }
     }
     let kv_events = match (publisher, replay) {
-        (Some(publisher), replay) => Some(EventPorts { publisher, replay }),
+        (Some(publisher), replay) => Some(ZmqPorts { publisher, replay }),
         (None, Some(_)) => {
             anyhow::bail!("instance entry {entry:?}: kv-events-replay needs kv-events")
         }
@@ -326,7 +327,7 @@ mod tests {
             entry(
                 EngineKind::Sglang,
                 "http://a:1",
-                Some(EventPorts {
+                Some(ZmqPorts {
                     publisher: 5557,
                     replay: Some(5558)
                 })
@@ -340,7 +341,7 @@ mod tests {
         // A switchyard engine publishing vLLM's format (`--kv-events-port`) can be read that way.
         assert_eq!(
             parse_entry("http://a:1;kv-events=1").unwrap().kv_events,
-            Some(EventPorts {
+            Some(ZmqPorts {
                 publisher: 1,
                 replay: None
             })

@@ -13,7 +13,6 @@ pub use discovery::{
 pub use http::router;
 pub use metrics::SchedulerMetrics;
 pub use sources::{probe_model, scrape_instance, watch_switchyard_instance};
-pub use zmq_events::EventPorts;
 
 use crate::cms::InstanceMeta;
 use crate::scheduler::{InstanceView, Lap, ScheduleError, Scheduler};

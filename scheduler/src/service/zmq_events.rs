@@ -15,23 +15,13 @@ use crate::vllm_events::wire::decode_batch;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_protocol::kv_events::{KvEvent, KvEventKind};
+use switchyard_protocol::vllm_kv_events::{ZmqPorts, END_OF_REPLAY};
 use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, SubSocket, ZmqMessage};
-
-/// The ZMQ ports an instance publishes its KV events on, at its own host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EventPorts {
-    /// The PUB socket's port.
-    pub publisher: u16,
-    /// The replay (ROUTER) socket's port, if the publisher keeps batches for replay.
-    pub replay: Option<u16>,
-}
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How long a replay may take before the instance's entries are cleared instead.
 const REPLAY_TIMEOUT: Duration = Duration::from_secs(2);
-/// The sequence number that ends a replay.
-const END_OF_REPLAY: [u8; 8] = [0xff; 8];
 
 /// One instance's subscription: its translator and where its numbering stands.
 struct Subscription {
@@ -143,7 +133,7 @@ pub async fn follow_zmq_events(
     service: Arc<SchedulerService>,
     id: String,
     host: String,
-    ports: EventPorts,
+    ports: ZmqPorts,
     block_size: usize,
 ) {
     let publisher = format!("tcp://{host}:{}", ports.publisher);

@@ -98,11 +98,6 @@ impl Translator {
         }
     }
 
-    /// Engine blocks known now.
-    pub fn len(&self) -> usize {
-        self.blocks.len()
-    }
-
     /// Whether no engine block is known.
     pub fn is_empty(&self) -> bool {
         self.blocks.is_empty()

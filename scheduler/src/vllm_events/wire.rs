@@ -13,6 +13,7 @@
 //! ingestion time (`cargo bench -p switchyard-scheduler --bench kv_events`).
 
 use rmp::Marker;
+use switchyard_protocol::vllm_kv_events::{BLOCK_REMOVED_FIELDS, BLOCK_STORED_FIELDS};
 
 /// An engine's own block hash: an integer (older vLLM) as it is, or a digest (newer vLLM)
 /// folded to 128 bits with XXH3-128 (no allocation per block; two distinct digests share a key
@@ -297,15 +298,8 @@ impl Fields {
 /// The fields of each event type, in the order the array generation lists them.
 fn positional(tag: &str) -> &'static [&'static str] {
     match tag {
-        "BlockStored" => &[
-            "block_hashes",
-            "parent_block_hash",
-            "token_ids",
-            "block_size",
-            "lora_id",
-            "medium",
-        ],
-        "BlockRemoved" => &["block_hashes", "medium"],
+        "BlockStored" => BLOCK_STORED_FIELDS,
+        "BlockRemoved" => BLOCK_REMOVED_FIELDS,
         _ => &[],
     }
 }
