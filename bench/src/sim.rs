@@ -1,7 +1,7 @@
 //! `switchyard sim`: the workload replayed on a simulated cluster (see [`crate::cluster`]) for
 //! each placement policy and rate asked for, summarized like `switchyard bench`.
 
-use crate::cluster::{Cluster, ClusterConfig};
+use crate::cluster::{Cluster, ClusterConfig, Rescheduling};
 use crate::report::{markdown, progress_bar, write_results, RunResult};
 use crate::stats::{summarize, Slo};
 use crate::suite_args::SuiteArgs;
@@ -9,9 +9,11 @@ use crate::text::Words;
 use crate::workload_args::WorkloadArgs;
 use std::path::PathBuf;
 use std::time::Instant;
-use switchyard_http::flags::{NonNegative, Share};
+use switchyard_engine::backend::sim::KvLink;
+use switchyard_http::flags::{NonNegative, Positive, Share};
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::predictor::PredictionErrors;
+use switchyard_scheduler::rescheduler::ReschedulerConfig;
 use switchyard_scheduler::score::Slos;
 use switchyard_scheduler::SchedulerConfig;
 
@@ -48,6 +50,12 @@ pub struct SimArgs {
     /// Host memory per instance for the prefix cache's host tier, in GiB (0: none).
     #[arg(long, default_value = "0")]
     pub kv_offloading_size: NonNegative,
+    /// Leave running requests where they were placed (no live migration).
+    #[arg(long)]
+    pub no_rescheduling: bool,
+    /// Bandwidth of the link KV moves over between instances, in Gb/s.
+    #[arg(long, default_value = "25")]
+    pub kv_transfer_gbps: Positive,
     /// What to replay.
     #[command(flatten)]
     pub workload: WorkloadArgs,
@@ -109,6 +117,13 @@ impl SimArgs {
             max_num_seqs: self.max_num_seqs,
             gpu_memory_utilization: self.gpu_memory_utilization.get(),
             kv_offloading_size: self.kv_offloading_size.get(),
+            rescheduling: (!self.no_rescheduling).then(|| Rescheduling {
+                config: ReschedulerConfig::default(),
+                link: KvLink {
+                    gbps: self.kv_transfer_gbps.get(),
+                    ..KvLink::default()
+                },
+            }),
         })
     }
 }
@@ -154,6 +169,19 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
                 mean_abs(|e| e.ttft),
                 mean_abs(|e| e.tpot)
             );
+            let m = &run.migration;
+            if config.rescheduling.is_some() {
+                let mut pauses = m.pauses.clone();
+                pauses.sort_by(f64::total_cmp);
+                let p99 = pauses.get((pauses.len() * 99 / 100).min(pauses.len().saturating_sub(1)));
+                eprintln!(
+                    "live migration: moved {:?}, given up {:?}, {:.1} GB of KV copied, pause p99 {:.1} ms",
+                    m.moved,
+                    m.abandoned,
+                    m.copied_tokens as f64 * config.shape.kv_bytes_per_token() as f64 / 1e9,
+                    p99.map_or(0.0, |s| s * 1e3)
+                );
+            }
             results.push(RunResult {
                 label: name.clone(),
                 rate: offered,

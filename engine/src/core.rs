@@ -192,6 +192,41 @@ impl EngineCore {
         &self.batcher
     }
 
+    /// The batcher, to change (for the migration stages).
+    pub(crate) fn batcher_mut(&mut self) -> &mut Batcher {
+        &mut self.batcher
+    }
+
+    /// A fresh sequence id.
+    pub(crate) fn next_seq_id(&mut self) -> SeqId {
+        self.next_seq += 1;
+        self.next_arrival += 1;
+        self.next_seq - 1
+    }
+
+    /// Takes `n` free blocks, or none when fewer are free.
+    pub(crate) fn allocate_blocks(&mut self, n: usize) -> Option<Vec<crate::kv::BlockId>> {
+        self.pool.allocate(n)
+    }
+
+    /// Gives blocks back to the pool.
+    pub(crate) fn release_blocks(&mut self, blocks: &[crate::kv::BlockId]) {
+        self.pool.release(blocks);
+    }
+
+    /// Removes a live sequence and releases its blocks, without finishing it.
+    pub(crate) fn remove_seq(&mut self, seq: SeqId) -> Option<Sequence> {
+        self.batcher.remove(seq, &mut self.pool)
+    }
+
+    /// Adds a sequence that arrives running with its KV in place, and registers its computed
+    /// blocks in the prefix cache.
+    pub(crate) fn insert_running(&mut self, seq: Sequence) {
+        let id = seq.id;
+        self.batcher.insert_running(seq);
+        self.batcher.register_computed_blocks(id, &mut self.pool);
+    }
+
     /// Whether any sequence is live.
     pub fn has_work(&self) -> bool {
         self.batcher.has_work()
@@ -474,7 +509,7 @@ impl EngineCore {
         }
     }
 
-    fn record(&mut self, time: f64, request_id: &str, kind: TraceKind) {
+    pub(crate) fn record(&mut self, time: f64, request_id: &str, kind: TraceKind) {
         if self.config.trace {
             self.trace.push(TraceEvent {
                 time,

@@ -4,7 +4,8 @@
 //! choice in the [`core`], which plans each step (continuous batching over the paged [`kv`]
 //! cache), runs it on a [`backend`] and samples the next tokens ([`sampling`]). The
 //! [`instance`] drives the core in real time and publishes [`metrics`], the [`trace`] log, and
-//! the state and KV event streams the scheduler reads. [`forward_check`] runs a backend alone,
+//! the state and KV event streams the scheduler reads. [`migration`] is the core's side of moving a
+//! running sequence to another engine. [`forward_check`] runs a backend alone,
 //! for checking it against a reference and measuring it.
 
 pub mod backend;
@@ -16,6 +17,7 @@ pub mod instance;
 pub mod kv;
 pub mod launcher;
 pub mod metrics;
+pub mod migration;
 pub mod model;
 pub mod sampling;
 pub mod server;

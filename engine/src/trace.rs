@@ -26,6 +26,9 @@ pub enum TraceKind {
     InferenceEnd,
     Preempted,
     RescheduledInferenceStart,
+    MigrateOutStart,
+    MigrateOutEnd,
+    MigrateInEnd,
     PostprocessingStart,
     PostprocessingEnd,
 }
@@ -62,6 +65,9 @@ impl TraceKind {
             InferenceEnd => "INFERENCE_END",
             Preempted => "PREEMPTED",
             RescheduledInferenceStart => "RESCHEDULED_INFERENCE_START",
+            MigrateOutStart => "MIGRATE_OUT_START",
+            MigrateOutEnd => "MIGRATE_OUT_END",
+            MigrateInEnd => "MIGRATE_IN_END",
             PostprocessingStart => "POSTPROCESSING_START",
             PostprocessingEnd => "POSTPROCESSING_END",
         }
@@ -82,6 +88,7 @@ impl TraceKind {
             | RequestScheduleEnd => "SCHEDULE",
             InferenceStart | FirstTokenGenerated => "PREFILL",
             DecodeStart | InferenceEnd | Preempted | RescheduledInferenceStart => "DECODE",
+            MigrateOutStart | MigrateOutEnd | MigrateInEnd => "MIGRATION",
             PostprocessingStart | PostprocessingEnd => "POSTPROCESSING",
         }
     }

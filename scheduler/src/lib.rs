@@ -7,6 +7,7 @@
 //! - [`score`]: the predictive policy's score: SLO misses and added latency of a placement.
 //! - [`prefix_index`]: which instance holds which prefix block.
 //! - [`policy`]: candidate metrics, filters and selectors.
+//! - [`rescheduler`]: which instance hands a running request to which (live migration).
 //! - [`scheduler`]: all of the above behind schedule / release / report.
 //! - [`scrape`]: engine state from the `/metrics` pages of vLLM, SGLang, FastDeploy and MindIE.
 //! - [`vllm_events`]: vLLM's and SGLang's KV events, read and turned into switchyard's hashes.
@@ -22,6 +23,7 @@ pub mod policy;
 pub mod predictor;
 pub mod prefix_index;
 pub mod pressure;
+pub mod rescheduler;
 pub mod scheduler;
 pub mod score;
 pub mod scrape;

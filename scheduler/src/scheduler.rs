@@ -201,6 +201,17 @@ impl Scheduler {
         self.cms.get(id)
     }
 
+    /// The moves of one rescheduling round at `now` (see [`crate::rescheduler`]); instances
+    /// in `busy` are already moving a request.
+    pub fn plan_moves(
+        &self,
+        busy: &std::collections::HashSet<String>,
+        config: &crate::rescheduler::ReschedulerConfig,
+        now: f64,
+    ) -> Vec<crate::rescheduler::MoveOrder> {
+        crate::rescheduler::plan_moves(&self.cms, busy, config, now, self.config.staleness)
+    }
+
     /// A new status from an instance: stored, its admitted ids reconciled, its steps learned.
     pub fn on_status(&mut self, id: &str, status: EngineStatus, now: f64) {
         let Some(state) = self.cms.get(id) else {

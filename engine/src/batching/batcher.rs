@@ -41,6 +41,8 @@ pub struct Batcher {
     seqs: FxHashMap<SeqId, Sequence>,
     running: Vec<SeqId>,
     waiting: BTreeMap<(i64, u64), SeqId>,
+    /// Running seats held for sequences moving in from another engine.
+    reserved_seats: usize,
 }
 
 impl Batcher {
@@ -51,6 +53,7 @@ impl Batcher {
             seqs: FxHashMap::default(),
             running: Vec::new(),
             waiting: BTreeMap::new(),
+            reserved_seats: 0,
         }
     }
 
@@ -109,9 +112,56 @@ impl Batcher {
             SeqStatus::Waiting | SeqStatus::Preempted => {
                 self.waiting.remove(&(seq.priority, seq.arrival_order));
             }
+            SeqStatus::Suspended => {}
         }
         pool.release(&seq.blocks);
         Some(seq)
+    }
+
+    /// Takes running `id` out of planning (its blocks stay); false when it is not running.
+    pub fn suspend(&mut self, id: SeqId) -> bool {
+        match self.seqs.get_mut(&id) {
+            Some(seq) if seq.status == SeqStatus::Running => {
+                seq.status = SeqStatus::Suspended;
+                self.running.retain(|&r| r != id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Plans suspended `id` again, as the newest running sequence.
+    pub fn resume(&mut self, id: SeqId) -> bool {
+        match self.seqs.get_mut(&id) {
+            Some(seq) if seq.status == SeqStatus::Suspended => {
+                seq.status = SeqStatus::Running;
+                self.running.push(id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Adds a sequence that arrives running, its blocks in place.
+    pub fn insert_running(&mut self, seq: Sequence) {
+        debug_assert_eq!(seq.status, SeqStatus::Running);
+        self.running.push(seq.id);
+        self.seqs.insert(seq.id, seq);
+    }
+
+    /// Running seats held for sequences on their way in.
+    pub fn reserved_seats(&self) -> usize {
+        self.reserved_seats
+    }
+
+    /// Holds a running seat for a sequence on its way in.
+    pub fn reserve_seat(&mut self) {
+        self.reserved_seats += 1;
+    }
+
+    /// Gives back a seat held by [`Batcher::reserve_seat`].
+    pub fn release_seat(&mut self) {
+        self.reserved_seats = self.reserved_seats.saturating_sub(1);
     }
 
     /// Registers the newly computed full blocks of `id` in the prefix cache.
@@ -199,7 +249,7 @@ impl Batcher {
 
     fn admit_waiting(&mut self, pool: &mut BlockPool, budget: &mut usize, plan: &mut BatchPlan) {
         let block_size = pool.block_size();
-        while *budget > 0 && self.running.len() < self.limits.max_num_seqs {
+        while *budget > 0 && self.running.len() + self.reserved_seats < self.limits.max_num_seqs {
             let Some((&key, &id)) = self.waiting.iter().next() else {
                 break;
             };

@@ -16,6 +16,8 @@ pub enum SeqStatus {
     Running,
     /// Was running, lost its blocks, waits to be recomputed.
     Preempted,
+    /// Holds its blocks but is not planned: its last copy to another engine is under way.
+    Suspended,
 }
 
 /// One sequence: prompt plus generated tokens, how many have KV computed, and its blocks.

@@ -1,13 +1,16 @@
 //! The simulated backend: no math. Each step lasts what it would on a named GPU for a named
 //! model shape (a roofline of bytes read and FLOPs done, plus a fixed overhead), and each next
 //! token is a deterministic function of the sequence's tokens, drawn from readable words.
+//! KV transfers between engines are timed by a [`KvLink`].
 
 mod gpu;
+mod link;
 mod shape;
 mod step_time;
 mod words;
 
 pub use gpu::GpuProfile;
+pub use link::KvLink;
 pub use shape::ModelShape;
 pub use step_time::StepTimeModel;
 pub use words::SimVocabulary;

@@ -6,14 +6,20 @@
 //! It is a discrete-event loop over two kinds of event, a request arriving and an instance's
 //! step ending. Every instance publishes its status and KV events to the scheduler after each
 //! step and after each request it accepts, as the real engines do on their streams; nothing else
-//! passes time, so an hour-long trace replays as fast as the cores can plan their steps.
+//! passes time, so an hour-long trace replays as fast as the cores can plan their steps. With
+//! rescheduling on, a third kind of event, a KV copy ending, moves running requests between
+//! instances ([`migration`]).
+
+mod migration;
+
+pub use migration::{MigrationTally, Rescheduling};
 
 use crate::stats::{Outcome, Slo};
 use crate::text::Words;
 use crate::workload::{BenchRequest, Prompt};
 use indicatif::ProgressBar;
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use switchyard_engine::backend::sim::{
     GpuProfile, ModelShape, SimBackend, SimVocabulary, StepTimeModel,
 };
@@ -53,6 +59,8 @@ pub struct ClusterConfig {
     pub gpu_memory_utilization: f64,
     /// Host memory per instance for the prefix cache's host tier, in GiB (0: none).
     pub kv_offloading_size: f64,
+    /// Live migration of running requests (`None`: off).
+    pub rescheduling: Option<Rescheduling>,
 }
 
 /// What a simulated run produced.
@@ -71,6 +79,8 @@ pub struct SimRun {
     /// How far the scheduler's predictions for each finished request were from what it got
     /// (requests of one token have no TPOT).
     pub prediction_errors: Vec<PredictionErrors>,
+    /// What live migration did.
+    pub migration: MigrationTally,
 }
 
 /// One engine instance: its core, its step model and the step in progress.
@@ -106,6 +116,10 @@ pub struct GiveUp {
 enum Happening {
     Arrival(usize),
     StepEnd(usize),
+    /// A rescheduling round.
+    Reschedule,
+    /// A copy stage of the move with this id ended.
+    CopyEnd(u64),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -167,6 +181,11 @@ pub struct Cluster {
     block_size: usize,
     events: BinaryHeap<Event>,
     queued: u64,
+    rescheduling: Option<Rescheduling>,
+    moves: BTreeMap<u64, migration::Move>,
+    next_move: u64,
+    migration: MigrationTally,
+    kv_bytes_per_token: u64,
 }
 
 impl Cluster {
@@ -244,6 +263,11 @@ impl Cluster {
             block_size: config.block_size,
             events: BinaryHeap::new(),
             queued: 0,
+            rescheduling: config.rescheduling,
+            moves: BTreeMap::new(),
+            next_move: 0,
+            migration: MigrationTally::default(),
+            kv_bytes_per_token: config.shape.kv_bytes_per_token(),
         })
     }
 
@@ -329,6 +353,9 @@ impl Cluster {
         for (i, r) in requests.iter().enumerate() {
             self.queue(r.at, Happening::Arrival(i));
         }
+        if let (Some(r), Some(first)) = (self.rescheduling, requests.first()) {
+            self.queue(first.at + r.config.interval, Happening::Reschedule);
+        }
         let mut tally = Tally::default();
         while let Some(event) = self.events.pop() {
             let now = event.time;
@@ -352,6 +379,14 @@ impl Cluster {
                         }
                     }
                 }
+                Happening::Reschedule => {
+                    self.reschedule(now);
+                    // Rounds go on while anything else can still happen.
+                    if let (Some(r), false) = (self.rescheduling, self.events.is_empty()) {
+                        self.queue(now + r.config.interval, Happening::Reschedule);
+                    }
+                }
+                Happening::CopyEnd(id) => self.copy_ended(id, now),
             }
         }
         let start = requests.first().map_or(0.0, |r| r.at);
@@ -366,6 +401,7 @@ impl Cluster {
             unlimited_prefix_cache_hit_rate: tally.unlimited.hit_rate(),
             steps: tally.steps,
             prediction_errors: tally.prediction_errors,
+            migration: self.migration,
         })
     }
 
@@ -492,6 +528,7 @@ impl Cluster {
                 }
             }
         }
+        self.suspend_moving(n, now);
         self.publish(n, now, vec![report.sample]);
         self.start_step(n, now);
         judged
@@ -558,6 +595,7 @@ mod tests {
             max_num_seqs: 256,
             gpu_memory_utilization: 0.9,
             kv_offloading_size: 0.0,
+            rescheduling: None,
         }
     }
 
@@ -622,6 +660,76 @@ mod tests {
             "{} vs {}",
             aware.prefix_cache_hit_rate,
             round_robin.prefix_cache_hit_rate
+        );
+    }
+
+    #[test]
+    fn decodes_move_away_from_a_prompt_backlog_without_losing_a_token() {
+        let span = |seed: u64, count: usize| Prompt::Text(vec![Span { seed, count }]);
+        let request =
+            |at: f64, prompt: Prompt, prompt_tokens: usize, max_tokens: u32| BenchRequest {
+                at,
+                prompt,
+                prompt_tokens,
+                max_tokens,
+            };
+        // Round-robin over two instances: the even requests (a long decode, then ten 8k
+        // prompts) pile up on one, the odd ones (short) on the other.
+        let mut requests = vec![
+            request(0.0, span(1, 32), 32, 400),
+            request(0.0005, span(2, 32), 32, 400),
+        ];
+        for k in 0..20u64 {
+            let at = 0.05 + k as f64 * 1e-4;
+            requests.push(match k % 2 {
+                0 => request(at, span(100 + k, 8000), 8000, 1),
+                _ => request(at, span(100 + k, 32), 32, 8),
+            });
+        }
+        let tokenizer = switchyard_text::tokenizer::builtin_tokenizer();
+        let words = Words::builtin();
+        let run_with = |rescheduling: Option<Rescheduling>| {
+            let config = ClusterConfig {
+                rescheduling,
+                ..config(2, Policy::RoundRobin)
+            };
+            let corpus = switchyard_text::tokenizer::BUILTIN_CORPUS;
+            Cluster::new(&config, &tokenizer, corpus).unwrap().run(
+                &requests,
+                &words,
+                &tokenizer,
+                &ProgressBar::hidden(),
+            )
+        };
+        let on = Some(Rescheduling {
+            config: Default::default(),
+            link: Default::default(),
+        });
+        let moved = run_with(on);
+        assert!(
+            moved
+                .migration
+                .moved
+                .get("interference")
+                .is_some_and(|&n| n >= 1),
+            "{:?}",
+            moved.migration
+        );
+        for (o, r) in moved.outcomes.iter().zip(&requests) {
+            assert_eq!(o.error, None);
+            assert_eq!(o.output_tokens, r.max_tokens, "every token, once");
+            assert_eq!(o.itls.len(), r.max_tokens as usize - 1);
+        }
+        assert!(moved.migration.pauses.iter().all(|&p| p > 0.0 && p < 0.05));
+        assert_eq!(moved.outcomes, run_with(on).outcomes, "deterministic");
+        let stayed = run_with(None);
+        assert!(stayed.migration.moved.is_empty());
+        let slowest_gap = |run: &SimRun| run.outcomes[0].itls.iter().copied().fold(0.0, f64::max);
+        assert!(
+            slowest_gap(&moved) < slowest_gap(&stayed),
+            "the long decode's worst gap shrinks: {} against {}",
+            slowest_gap(&moved),
+            slowest_gap(&stayed)
         );
     }
 

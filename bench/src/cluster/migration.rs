@@ -1,0 +1,217 @@
+//! Live migration in the simulated cluster: the scheduler's rescheduler decides every round
+//! which instance hands a running request to which, and each move runs Llumnix's stages on the
+//! engine cores, timed by a [`KvLink`]: copy what is computed while the source keeps decoding,
+//! again for what was added meanwhile, until the rest is at most a block; then suspend at the
+//! source's next step end, copy the rest, and take it in at the destination.
+
+use super::{Cluster, Happening};
+use std::collections::{BTreeMap, HashSet};
+use switchyard_engine::backend::sim::KvLink;
+use switchyard_engine::batching::SeqId;
+use switchyard_engine::migration::Reservation;
+use switchyard_scheduler::rescheduler::{MoveReason, ReschedulerConfig};
+
+/// Copy stages before the last one is forced even if the rest is still more than a block.
+const MAX_STAGES: u32 = 8;
+
+/// Live migration's settings in a simulated cluster.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rescheduling {
+    /// When to move.
+    pub config: ReschedulerConfig,
+    /// The link KV travels over.
+    pub link: KvLink,
+}
+
+/// What a run's moves came to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MigrationTally {
+    /// Moves completed, by reason label.
+    pub moved: BTreeMap<&'static str, u64>,
+    /// Moves given up, by why: `finished` (the request ended first) or `no_room` (the
+    /// destination could not hold it); the request stayed on its source either way.
+    pub abandoned: BTreeMap<&'static str, u64>,
+    /// Seconds each completed move kept its request suspended.
+    pub pauses: Vec<f64>,
+    /// Tokens of KV copied.
+    pub copied_tokens: u64,
+}
+
+/// Where a move is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stage {
+    /// Copying up to `target` tokens while the source decodes on.
+    Copying { target: usize },
+    /// Waiting for the source's step to end to suspend the request.
+    Suspending,
+    /// The request is suspended since `since`; its last tokens are on their way.
+    Finishing { since: f64 },
+}
+
+/// One move under way.
+#[derive(Debug)]
+pub(super) struct Move {
+    from: usize,
+    seq: SeqId,
+    to: usize,
+    reason: MoveReason,
+    reservation: Reservation,
+    /// Tokens whose KV is at the destination.
+    copied: usize,
+    stages: u32,
+    stage: Stage,
+}
+
+impl Cluster {
+    /// A rescheduling round at `now`: starts the moves the rescheduler orders.
+    pub(super) fn reschedule(&mut self, now: f64) {
+        let Some(rescheduling) = self.rescheduling else {
+            return;
+        };
+        let busy: HashSet<String> = self
+            .moves
+            .values()
+            .flat_map(|m| [self.nodes[m.from].id.clone(), self.nodes[m.to].id.clone()])
+            .collect();
+        for order in self.scheduler.plan_moves(&busy, &rescheduling.config, now) {
+            let (Some(from), Some(to)) = (self.node_index(&order.from), self.node_index(&order.to))
+            else {
+                continue;
+            };
+            let Some(&(seq, tokens)) = self.nodes[from].core.movable().first() else {
+                continue;
+            };
+            let Some(reservation) = self.nodes[to].core.reserve(tokens + 1) else {
+                *self.migration.abandoned.entry("no_room").or_default() += 1;
+                continue;
+            };
+            let id = self.next_move;
+            self.next_move += 1;
+            self.moves.insert(
+                id,
+                Move {
+                    from,
+                    seq,
+                    to,
+                    reason: order.reason,
+                    reservation,
+                    copied: 0,
+                    stages: 1,
+                    stage: Stage::Copying { target: tokens },
+                },
+            );
+            self.copy(id, tokens, now);
+        }
+    }
+
+    /// Move `id`'s copy stage or last copy ended at `now`.
+    pub(super) fn copy_ended(&mut self, id: u64, now: f64) {
+        let Some(stage) = self.moves.get(&id).map(|m| m.stage) else {
+            return;
+        };
+        match stage {
+            Stage::Copying { target } => {
+                let m = self.moves.get_mut(&id).expect("live move");
+                m.copied = target;
+                let Some(computed) = self.nodes[m.from].core.computed_tokens(m.seq) else {
+                    return self.abandon(id, "finished");
+                };
+                let rest = computed - m.copied;
+                if rest <= self.block_size || m.stages >= MAX_STAGES {
+                    m.stage = Stage::Suspending;
+                    let from = m.from;
+                    if self.nodes[from].running.is_none() {
+                        self.suspend_moving(from, now);
+                    }
+                    return;
+                }
+                let grown = self.nodes[m.to]
+                    .core
+                    .grow_reservation(&mut m.reservation, computed + 1);
+                if !grown {
+                    return self.abandon(id, "no_room");
+                }
+                m.stages += 1;
+                m.stage = Stage::Copying { target: computed };
+                self.copy(id, rest, now);
+            }
+            Stage::Finishing { since } => self.take_in(id, since, now),
+            Stage::Suspending => {}
+        }
+    }
+
+    /// Node `n`'s step ended at `now`: the requests waiting to leave it are suspended and their
+    /// last copies start.
+    pub(super) fn suspend_moving(&mut self, n: usize, now: f64) {
+        let waiting: Vec<u64> = self
+            .moves
+            .iter()
+            .filter(|(_, m)| m.from == n && m.stage == Stage::Suspending)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in waiting {
+            let m = self.moves.get_mut(&id).expect("live move");
+            let Some(computed) = self.nodes[n].core.computed_tokens(m.seq) else {
+                self.abandon(id, "finished");
+                continue;
+            };
+            let grown = self.nodes[m.to]
+                .core
+                .grow_reservation(&mut m.reservation, computed);
+            if !grown {
+                self.abandon(id, "no_room");
+                continue;
+            }
+            let rest = computed - m.copied;
+            self.nodes[n].core.suspend(m.seq, now);
+            m.stage = Stage::Finishing { since: now };
+            self.copy(id, rest, now);
+        }
+    }
+
+    /// Queues the end of a copy of `tokens` tokens for move `id`.
+    fn copy(&mut self, id: u64, tokens: usize, now: f64) {
+        let link = self.rescheduling.expect("moves need rescheduling").link;
+        self.migration.copied_tokens += tokens as u64;
+        let seconds = link.seconds(tokens as u64 * self.kv_bytes_per_token);
+        self.queue(now + seconds, Happening::CopyEnd(id));
+    }
+
+    /// The last copy of move `id` is in: the destination takes the request in and its stream
+    /// goes on from there.
+    fn take_in(&mut self, id: u64, since: f64, now: f64) {
+        let m = self.moves.remove(&id).expect("live move");
+        let moved = self.nodes[m.from]
+            .core
+            .hand_over(m.seq, now)
+            .expect("a suspended request is handed over");
+        let request = self.nodes[m.from]
+            .requests
+            .remove(&m.seq)
+            .expect("every engine sequence is a request");
+        let seq = self.nodes[m.to]
+            .core
+            .take_in(moved, m.reservation, now)
+            .unwrap_or_else(|_| panic!("the reservation grew with the request"));
+        self.nodes[m.to].requests.insert(seq, request);
+        *self.migration.moved.entry(m.reason.label()).or_default() += 1;
+        self.migration.pauses.push(now - since);
+        for n in [m.from, m.to] {
+            self.publish(n, now, Vec::new());
+            self.start_step(n, now);
+        }
+    }
+
+    /// Gives move `id` up: the request stays on (or goes back to running on) its source and
+    /// the destination's reservation is freed.
+    fn abandon(&mut self, id: u64, why: &'static str) {
+        let m = self.moves.remove(&id).expect("live move");
+        self.nodes[m.from].core.resume(m.seq);
+        self.nodes[m.to].core.cancel(m.reservation);
+        *self.migration.abandoned.entry(why).or_default() += 1;
+    }
+
+    fn node_index(&self, id: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.id == id)
+    }
+}

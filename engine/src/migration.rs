@@ -1,0 +1,389 @@
+//! The core's side of moving a running sequence to another engine (Llumnix's live migration).
+//!
+//! The source keeps decoding while the blocks computed so far are copied, stage after stage;
+//! for the last stage it [suspends](EngineCore::suspend) the sequence (it is no longer planned,
+//! its blocks stay), the rest is copied, and [`EngineCore::hand_over`] gives up the sequence
+//! as a [`MovedSeq`]: every token and setting the destination needs to continue it exactly as
+//! the source would have (sampling draws are keyed by the output position, so the tokens carry
+//! the RNG state). The destination [reserves](EngineCore::reserve) blocks and a running seat
+//! before any copy, [grows](EngineCore::grow_reservation) the reservation as the sequence grows,
+//! and [takes it in](EngineCore::take_in) as a running sequence with its KV in place. Either side
+//! can give up at any point: [`EngineCore::resume`] on the source, [`EngineCore::cancel`] on the
+//! destination, and nothing is lost. Who copies the bytes, and how long that takes, is the
+//! caller's business (the sim cluster times it; an engine sends it over a socket). Call these
+//! between steps, never while a step planned with the sequence is running.
+
+use crate::batching::{SeqId, SeqStatus, SeqTimes, Sequence};
+use crate::core::EngineCore;
+use crate::kv::BlockId;
+use crate::sampling::{SamplingParams, StopParams};
+use crate::trace::TraceKind;
+
+/// A sequence in transit: what travels with its KV blocks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MovedSeq {
+    /// The request id (`x-request-id`).
+    pub request_id: String,
+    /// Prompt followed by the tokens generated so far.
+    pub tokens: Vec<u32>,
+    /// Length of the prompt within `tokens`.
+    pub prompt_len: usize,
+    /// Leading tokens whose KV travels with it.
+    pub num_computed: usize,
+    /// Lower runs first.
+    pub priority: i64,
+    /// How to sample (the seed included; the position is the output length).
+    pub sampling: SamplingParams,
+    /// When to stop.
+    pub stop: StopParams,
+    /// Prompt tokens its first engine found cached.
+    pub cached_prompt_tokens: usize,
+    /// Times preempted so far.
+    pub num_preemptions: u32,
+    /// Its timestamps so far.
+    pub times: SeqTimes,
+}
+
+/// Blocks and a running seat held on a destination for a sequence on its way.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a reservation holds blocks until it is taken in or cancelled"]
+pub struct Reservation {
+    blocks: Vec<BlockId>,
+}
+
+impl Reservation {
+    /// Tokens its blocks hold.
+    pub fn capacity(&self, block_size: usize) -> usize {
+        self.blocks.len() * block_size
+    }
+}
+
+impl EngineCore {
+    /// Running sequences past their prompt, the ones that can move, cheapest (fewest tokens)
+    /// first.
+    pub fn movable(&self) -> Vec<(SeqId, usize)> {
+        let mut seqs: Vec<(SeqId, usize)> = self
+            .batcher()
+            .running()
+            .filter(|s| s.is_decoding())
+            .map(|s| (s.id, s.num_computed))
+            .collect();
+        seqs.sort_by_key(|&(id, tokens)| (tokens, id));
+        seqs
+    }
+
+    /// Leading tokens of `seq` whose KV is computed (what a copy stage can send), if it is live.
+    pub fn computed_tokens(&self, seq: SeqId) -> Option<usize> {
+        self.batcher().get(seq).map(|s| s.num_computed)
+    }
+
+    /// Stops planning running sequence `seq` for its last copy; its blocks stay. False when it
+    /// is not running.
+    pub fn suspend(&mut self, seq: SeqId, now: f64) -> bool {
+        let Some(rid) = self.batcher().get(seq).map(|s| s.request_id.clone()) else {
+            return false;
+        };
+        let suspended = self.batcher_mut().suspend(seq);
+        if suspended {
+            self.record(now, &rid, TraceKind::MigrateOutStart);
+        }
+        suspended
+    }
+
+    /// Plans suspended `seq` again (its move failed).
+    pub fn resume(&mut self, seq: SeqId) -> bool {
+        self.batcher_mut().resume(seq)
+    }
+
+    /// Gives up suspended `seq` to its destination: its blocks are released here.
+    pub fn hand_over(&mut self, seq: SeqId, now: f64) -> Option<MovedSeq> {
+        if self.batcher().get(seq)?.status != SeqStatus::Suspended {
+            return None;
+        }
+        let s = self.remove_seq(seq)?;
+        self.record(now, &s.request_id, TraceKind::MigrateOutEnd);
+        Some(MovedSeq {
+            request_id: s.request_id,
+            tokens: s.tokens,
+            prompt_len: s.prompt_len,
+            num_computed: s.num_computed,
+            priority: s.priority,
+            sampling: s.sampling,
+            stop: s.stop,
+            cached_prompt_tokens: s.cached_prompt_tokens,
+            num_preemptions: s.num_preemptions,
+            times: s.times,
+        })
+    }
+
+    /// Holds blocks for `tokens` tokens and a running seat for a sequence coming in, or `None`
+    /// when either is short (nothing is held then).
+    pub fn reserve(&mut self, tokens: usize) -> Option<Reservation> {
+        if self.batcher().num_running() + self.batcher().reserved_seats()
+            >= self.config().max_num_seqs
+        {
+            return None;
+        }
+        let blocks = self.allocate_blocks(tokens.div_ceil(self.config().block_size))?;
+        self.batcher_mut().reserve_seat();
+        Some(Reservation { blocks })
+    }
+
+    /// Grows `reservation` to hold `tokens` tokens; false (and unchanged) when blocks are short.
+    pub fn grow_reservation(&mut self, reservation: &mut Reservation, tokens: usize) -> bool {
+        let more = tokens
+            .div_ceil(self.config().block_size)
+            .saturating_sub(reservation.blocks.len());
+        match self.allocate_blocks(more) {
+            Some(blocks) => {
+                reservation.blocks.extend(blocks);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Frees a reservation whose sequence is not coming.
+    pub fn cancel(&mut self, reservation: Reservation) {
+        self.release_blocks(&reservation.blocks);
+        self.batcher_mut().release_seat();
+    }
+
+    /// Takes `moved` in as a running sequence whose KV sits in `reservation`'s blocks (blocks
+    /// beyond what it needs go back to the pool); its full blocks join the prefix cache.
+    /// `Err` gives both back when the reservation is too small.
+    pub fn take_in(
+        &mut self,
+        moved: MovedSeq,
+        mut reservation: Reservation,
+        now: f64,
+    ) -> Result<SeqId, Box<(MovedSeq, Reservation)>> {
+        let needed = moved.num_computed.div_ceil(self.config().block_size);
+        if reservation.blocks.len() < needed || moved.num_computed > moved.tokens.len() {
+            return Err(Box::new((moved, reservation)));
+        }
+        let spare = reservation.blocks.split_off(needed);
+        self.release_blocks(&spare);
+        self.batcher_mut().release_seat();
+        let id = self.next_seq_id();
+        let mut seq = Sequence::new(
+            id,
+            moved.request_id,
+            moved.tokens[..moved.prompt_len].to_vec(),
+            self.config().block_size,
+            moved.priority,
+            id,
+            moved.sampling,
+            moved.stop,
+            moved.times.arrival,
+        );
+        for &token in &moved.tokens[moved.prompt_len..] {
+            seq.append(token, self.config().block_size);
+        }
+        seq.num_computed = moved.num_computed;
+        seq.blocks = reservation.blocks;
+        seq.cached_prompt_tokens = moved.cached_prompt_tokens;
+        seq.num_preemptions = moved.num_preemptions;
+        seq.times = moved.times;
+        seq.status = SeqStatus::Running;
+        self.record(now, &seq.request_id, TraceKind::MigrateInEnd);
+        self.insert_running(seq);
+        Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::ModelOutput;
+    use crate::core::{CoreConfig, NewSeq, SeqEvent};
+    use crate::sampling::{Logits, SamplingParams};
+
+    fn core(num_blocks: usize, max_num_seqs: usize) -> EngineCore {
+        EngineCore::new(CoreConfig {
+            block_size: 4,
+            num_blocks,
+            host_blocks: 0,
+            prefix_caching: true,
+            max_num_batched_tokens: 64,
+            max_num_seqs,
+            max_waiting_requests: 16,
+            max_model_len: 256,
+            trace: false,
+        })
+    }
+
+    fn sampling() -> SamplingParams {
+        SamplingParams {
+            temperature: 1.0,
+            seed: 7,
+            ..SamplingParams::greedy()
+        }
+    }
+
+    fn add(core: &mut EngineCore, prompt: Vec<u32>, max_tokens: u32) -> SeqId {
+        core.add(
+            NewSeq {
+                request_id: "r".into(),
+                prompt,
+                sampling: sampling(),
+                stop: StopParams {
+                    max_tokens,
+                    ignore_eos: true,
+                    ..StopParams::default()
+                },
+                priority: 0,
+            },
+            0.0,
+        )
+        .unwrap()
+    }
+
+    /// Logits that depend only on the context (its fingerprint), like a real model's.
+    fn step(core: &mut EngineCore, now: f64) -> Vec<SeqEvent> {
+        let Some(plan) = core.plan(now) else {
+            return Vec::new();
+        };
+        let logits = plan
+            .batch
+            .seqs
+            .iter()
+            .map(|s| {
+                s.sample.then(|| {
+                    Logits::dense(
+                        (0..32)
+                            .map(|v| {
+                                ((s.fingerprint ^ v).wrapping_mul(0x9E37_79B9) % 97) as f32 / 10.0
+                            })
+                            .collect(),
+                    )
+                })
+            })
+            .collect();
+        core.complete(
+            plan,
+            ModelOutput {
+                logits,
+                modeled_seconds: None,
+            },
+            now,
+        )
+        .events
+    }
+
+    fn tokens_of(events: &[SeqEvent]) -> Vec<u32> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                SeqEvent::Token(_, s) => Some(s.token),
+                SeqEvent::Finished(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_moved_sequence_continues_with_the_tokens_it_would_have_had() {
+        let prompt: Vec<u32> = (1..=10).collect();
+        let mut alone = core(64, 4);
+        add(&mut alone, prompt.clone(), 12);
+        let mut expected = Vec::new();
+        for t in 0..20 {
+            expected.extend(tokens_of(&step(&mut alone, t as f64)));
+        }
+        assert_eq!(expected.len(), 12);
+
+        let (mut source, mut destination) = (core(64, 4), core(64, 4));
+        let seq = add(&mut source, prompt, 12);
+        let mut got = Vec::new();
+        for t in 0..5 {
+            got.extend(tokens_of(&step(&mut source, t as f64)));
+        }
+        let mut reservation = destination
+            .reserve(source.computed_tokens(seq).unwrap())
+            .unwrap();
+        got.extend(tokens_of(&step(&mut source, 5.0)));
+        assert!(source.suspend(seq, 6.0));
+        assert!(
+            step(&mut source, 6.0).is_empty(),
+            "a suspended sequence is not planned"
+        );
+        assert!(
+            destination.grow_reservation(&mut reservation, source.computed_tokens(seq).unwrap())
+        );
+        let moved = source.hand_over(seq, 6.0).unwrap();
+        assert_eq!(
+            source.pool().num_free(),
+            64,
+            "the source let go of every block"
+        );
+        assert!(!source.has_work());
+        let id = destination.take_in(moved, reservation, 6.0).unwrap();
+        assert_eq!(destination.computed_tokens(id), Some(15));
+        for t in 7..30 {
+            got.extend(tokens_of(&step(&mut destination, t as f64)));
+        }
+        assert_eq!(got, expected, "no token missing, repeated or different");
+        assert_eq!(destination.pool().num_free(), 64);
+    }
+
+    #[test]
+    fn a_failed_move_leaves_the_sequence_running_and_frees_the_reservation() {
+        let (mut source, mut destination) = (core(64, 4), core(64, 4));
+        let seq = add(&mut source, (1..=10).collect(), 12);
+        step(&mut source, 0.0);
+        let reservation = destination.reserve(11).unwrap();
+        assert_eq!(destination.pool().num_free(), 61);
+        assert!(source.suspend(seq, 1.0));
+        destination.cancel(reservation);
+        assert!(source.resume(seq));
+        assert_eq!(tokens_of(&step(&mut source, 1.0)).len(), 1);
+        assert_eq!(destination.pool().num_free(), 64);
+        assert!(destination.reserve(8).is_some_and(|r| {
+            destination.cancel(r);
+            true
+        }));
+    }
+
+    #[test]
+    fn a_destination_refuses_what_it_cannot_hold() {
+        let mut destination = core(4, 1);
+        assert!(
+            destination.reserve(17).is_none(),
+            "17 tokens need 5 blocks of 4"
+        );
+        assert_eq!(destination.pool().num_free(), 4, "a refusal holds nothing");
+        let seat = destination.reserve(4).unwrap();
+        assert!(
+            destination.reserve(4).is_none(),
+            "the one running seat is reserved"
+        );
+        let mut seat = seat;
+        assert!(!destination.grow_reservation(&mut seat, 40));
+        assert_eq!(seat.capacity(4), 4, "a failed growth changes nothing");
+        destination.cancel(seat);
+        let waiting = add(&mut destination, (1..=3).collect(), 2);
+        let held = destination.reserve(4);
+        assert!(held.is_some());
+        assert!(
+            step(&mut destination, 0.0).is_empty(),
+            "the reserved seat is not given away"
+        );
+        destination.cancel(held.unwrap());
+        assert_eq!(tokens_of(&step(&mut destination, 1.0)).len(), 1);
+        assert_eq!(destination.computed_tokens(waiting), Some(3));
+    }
+
+    #[test]
+    fn only_decoding_sequences_move_and_the_cheapest_comes_first() {
+        let mut source = core(64, 4);
+        let long = add(&mut source, (1..=20).collect(), 8);
+        let short = add(&mut source, (1..=6).collect(), 8);
+        assert!(source.movable().is_empty(), "nothing computed yet");
+        step(&mut source, 0.0);
+        assert_eq!(source.movable(), vec![(short, 6), (long, 20)]);
+        assert!(
+            source.hand_over(short, 1.0).is_none(),
+            "only a suspended sequence is handed over"
+        );
+    }
+}

@@ -1,0 +1,359 @@
+//! The rescheduler: which instance should hand a running request to which, and why (Llumnix's
+//! migration scheduler).
+//!
+//! Each instance's load is Llumnix's *freeness*: the KV room left once the queued prompts are
+//! counted as if admitted, per running request, in tokens (how far the batch can still grow
+//! before it runs out of cache). It falls as requests pile up and goes negative when the queue
+//! alone would overflow the cache. Every round pairs the least free instances of a model with
+//! the freest ones:
+//!
+//! - **room**: an instance whose queued prompts do not fit its free cache (it is holding requests
+//!   back, or preempting) hands a running request to one that has room;
+//! - **balance**: an instance whose freeness is below `balance_below` hands one to an instance
+//!   at least `balance_gap` times freer.
+//!
+//! Then the instances left are paired by prefill backlog (the prompt tokens queued or being
+//! computed there, in steps of its token budget):
+//!
+//! - **interference**: under chunked prefill every step of an instance with a prefill backlog
+//!   carries a chunk, and each of its decoding requests waits a chunk's time for every token;
+//!   one with at least `interference_steps` steps of backlog hands a decoding request to one
+//!   with less than a step's, which decodes it at full speed while the source works through
+//!   its prompts (the request decodes on at the source while its KV is copied).
+//!
+//! A pair is taken only when the move leaves the destination still freer than the source after
+//! it (counted with the source's mean request), so a request never bounces back. Instances
+//! already moving a request, in or out, sit the round out. Which request moves is the engine's
+//! choice (the cheapest to copy).
+
+use crate::cms::Cms;
+use std::collections::HashSet;
+use switchyard_protocol::engine_state::EngineStatus;
+
+/// When the rescheduler moves requests.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReschedulerConfig {
+    /// Seconds between rounds.
+    pub interval: f64,
+    /// Freeness (tokens of room per running request) below which an instance sheds load.
+    pub balance_below: f64,
+    /// How many times freer than the source a destination must be for a balancing move.
+    pub balance_gap: f64,
+    /// Steps of prefill backlog from which an instance's decoding requests move away.
+    pub interference_steps: f64,
+}
+
+impl Default for ReschedulerConfig {
+    fn default() -> Self {
+        ReschedulerConfig {
+            interval: 0.1,
+            balance_below: 256.0,
+            balance_gap: 2.0,
+            interference_steps: 2.0,
+        }
+    }
+}
+
+/// Why a request moves; the `reason` label of `scheduler_rescheduling_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MoveReason {
+    /// Its instance cannot fit the prompts queued behind it.
+    Room,
+    /// Its instance is much busier than another.
+    Balance,
+    /// Its instance has prompts to compute that would slow each of its tokens.
+    Interference,
+}
+
+impl MoveReason {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            MoveReason::Room => "room",
+            MoveReason::Balance => "load_balance",
+            MoveReason::Interference => "interference",
+        }
+    }
+}
+
+/// One move to make: a running request from `from` to `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveOrder {
+    /// Source instance id.
+    pub from: String,
+    /// Destination instance id.
+    pub to: String,
+    /// Why.
+    pub reason: MoveReason,
+}
+
+/// An instance's load as the rescheduler reads it from its status.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Load {
+    /// Free KV tokens once the queued prompts are counted in (negative: they do not fit).
+    room: f64,
+    /// Running requests.
+    running: f64,
+    /// Mean tokens of a running request (what one move takes away).
+    mean_request: f64,
+    /// Whether queued prompts wait for cache it does not have.
+    short: bool,
+    /// Steps of prompt tokens queued or being computed, at its token budget per step.
+    backlog_steps: f64,
+    /// Requests past their prompt.
+    decoding: u32,
+}
+
+impl Load {
+    fn of(status: &EngineStatus) -> Option<Load> {
+        if status.total_kv_tokens == 0 {
+            return None;
+        }
+        let free = status.total_kv_tokens.saturating_sub(status.used_kv_tokens) as f64;
+        let queued = status.waiting_prefill_tokens as f64;
+        let running = status.num_running as f64;
+        Some(Load {
+            room: free - queued,
+            running,
+            mean_request: status.used_kv_tokens as f64 / running.max(1.0),
+            short: status.num_swapped > 0 || (status.num_waiting > 0 && queued > free),
+            // An engine that does not say its token budget has no backlog to measure.
+            backlog_steps: match status.max_num_batched_tokens {
+                0 => 0.0,
+                budget => {
+                    (status.waiting_prefill_tokens + status.running_prefill_tokens) as f64
+                        / budget as f64
+                }
+            },
+            decoding: status.num_decoding,
+        })
+    }
+
+    /// Llumnix's freeness: room per running request.
+    fn freeness(&self) -> f64 {
+        self.room / self.running.max(1.0)
+    }
+
+    /// Freeness after `tokens` more (negative: fewer) tokens in `delta` more requests.
+    fn freeness_after(&self, tokens: f64, delta: f64) -> f64 {
+        (self.room - tokens) / (self.running + delta).max(1.0)
+    }
+}
+
+/// The moves of one round over the instances of `cms` that are schedulable at `now`, grouped by
+/// model; instances in `busy` (already moving a request) are left out.
+pub fn plan_moves(
+    cms: &Cms,
+    busy: &HashSet<String>,
+    config: &ReschedulerConfig,
+    now: f64,
+    staleness: f64,
+) -> Vec<MoveOrder> {
+    let mut by_model: std::collections::BTreeMap<&str, Vec<(&str, Load)>> = Default::default();
+    for state in cms.iter() {
+        if !state.schedulable(now, staleness) || busy.contains(&state.meta.id) {
+            continue;
+        }
+        let Some(load) = state.status.as_ref().and_then(Load::of) else {
+            continue;
+        };
+        by_model
+            .entry(&state.meta.model)
+            .or_default()
+            .push((&state.meta.id, load));
+    }
+    let mut moves = Vec::new();
+    for (_, mut loads) in by_model {
+        loads.sort_by(|a, b| a.1.freeness().total_cmp(&b.1.freeness()));
+        let (mut lo, mut hi) = (0, loads.len());
+        while lo + 1 < hi {
+            let (from, src) = loads[lo];
+            let (to, dst) = loads[hi - 1];
+            let Some(reason) = memory_reason(&src, &dst, config) else {
+                break;
+            };
+            moves.push(order(from, to, reason));
+            lo += 1;
+            hi -= 1;
+        }
+        let mut left: Vec<(&str, Load)> = loads[lo..hi].to_vec();
+        left.sort_by(|a, b| b.1.backlog_steps.total_cmp(&a.1.backlog_steps));
+        let (mut lo, mut hi) = (0, left.len());
+        while lo + 1 < hi {
+            let (from, src) = left[lo];
+            let (to, dst) = left[hi - 1];
+            if !interferes(&src, &dst, config) {
+                break;
+            }
+            moves.push(order(from, to, MoveReason::Interference));
+            lo += 1;
+            hi -= 1;
+        }
+    }
+    moves
+}
+
+fn order(from: &str, to: &str, reason: MoveReason) -> MoveOrder {
+    MoveOrder {
+        from: from.to_string(),
+        to: to.to_string(),
+        reason,
+    }
+}
+
+/// Whether a decoding request of `src` would run faster on `dst`, which has room for it.
+fn interferes(src: &Load, dst: &Load, config: &ReschedulerConfig) -> bool {
+    src.decoding > 0
+        && src.backlog_steps >= config.interference_steps
+        && dst.backlog_steps < 1.0
+        && !dst.short
+        && dst.freeness_after(src.mean_request, 1.0) >= config.balance_below
+}
+
+/// Why `src` should hand a request to `dst` for want of KV room, if it should.
+fn memory_reason(src: &Load, dst: &Load, config: &ReschedulerConfig) -> Option<MoveReason> {
+    if src.running < 2.0 {
+        return None;
+    }
+    let moved = src.mean_request;
+    let settles = dst.freeness_after(moved, 1.0) > src.freeness_after(-moved, -1.0);
+    if !settles || dst.short || dst.room < moved {
+        return None;
+    }
+    if src.short {
+        return Some(MoveReason::Room);
+    }
+    let (s, d) = (src.freeness(), dst.freeness());
+    (s < config.balance_below && d >= config.balance_gap * s.max(1.0))
+        .then_some(MoveReason::Balance)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cms::InstanceMeta;
+    use switchyard_protocol::schedule::InferStage;
+
+    fn status(used: u64, running: u32, waiting: u32, queued: u64) -> EngineStatus {
+        EngineStatus {
+            total_kv_tokens: 100_000,
+            used_kv_tokens: used,
+            num_running: running,
+            num_waiting: waiting,
+            waiting_prefill_tokens: queued,
+            ..Default::default()
+        }
+    }
+
+    fn cms(statuses: &[(&str, &str, EngineStatus)]) -> Cms {
+        let mut cms = Cms::default();
+        for (id, model, status) in statuses {
+            cms.upsert(InstanceMeta {
+                id: id.to_string(),
+                endpoint: id.to_string(),
+                model: model.to_string(),
+                role: InferStage::Neutral,
+                kind: Default::default(),
+            });
+            cms.update_status(id, status.clone(), 0.0, 0.0);
+        }
+        cms
+    }
+
+    fn plan(cms: &Cms, busy: &[&str]) -> Vec<(String, String, MoveReason)> {
+        let busy = busy.iter().map(|s| s.to_string()).collect();
+        plan_moves(cms, &busy, &ReschedulerConfig::default(), 0.0, 5.0)
+            .into_iter()
+            .map(|m| (m.from, m.to, m.reason))
+            .collect()
+    }
+
+    #[test]
+    fn a_queue_that_does_not_fit_is_relieved_by_the_freest_instance() {
+        let cms = cms(&[
+            ("full", "m", status(95_000, 40, 3, 20_000)),
+            ("half", "m", status(50_000, 20, 0, 0)),
+            ("idle", "m", status(0, 0, 0, 0)),
+        ]);
+        assert_eq!(
+            plan(&cms, &[]),
+            vec![("full".into(), "idle".into(), MoveReason::Room)]
+        );
+        assert_eq!(
+            plan(&cms, &["idle"]),
+            vec![("full".into(), "half".into(), MoveReason::Room)],
+            "an instance already moving a request sits the round out"
+        );
+    }
+
+    #[test]
+    fn balance_moves_only_between_instances_far_apart() {
+        // 40 requests of 2,375 tokens: 125 tokens of room each.
+        let busy = status(95_000, 40, 0, 0);
+        let close = cms(&[
+            ("a", "m", busy.clone()),
+            ("b", "m", status(94_000, 40, 0, 0)),
+        ]);
+        assert!(plan(&close, &[]).is_empty(), "no move between near equals");
+        let apart = cms(&[
+            ("a", "m", busy.clone()),
+            ("b", "m", status(20_000, 10, 0, 0)),
+        ]);
+        assert_eq!(
+            plan(&apart, &[]),
+            vec![("a".into(), "b".into(), MoveReason::Balance)]
+        );
+        let roomy = cms(&[
+            ("a", "m", status(10_000, 4, 0, 0)),
+            ("b", "m", status(0, 0, 0, 0)),
+        ]);
+        assert!(
+            plan(&roomy, &[]).is_empty(),
+            "plenty of room everywhere: nothing to gain"
+        );
+    }
+
+    #[test]
+    fn a_move_never_inverts_the_pair_and_models_never_mix() {
+        // Two requests of 45,000 tokens: moving one would leave the destination fuller.
+        let cms = cms(&[
+            ("a", "m", status(90_000, 2, 1, 20_000)),
+            ("b", "m", status(50_000, 1, 0, 0)),
+            ("c", "other", status(0, 0, 0, 0)),
+        ]);
+        assert!(plan(&cms, &[]).is_empty());
+    }
+
+    #[test]
+    fn decodes_leave_an_instance_with_prompts_to_compute_for_one_without() {
+        let with_budget = |mut s: EngineStatus, decoding: u32| {
+            s.max_num_batched_tokens = 8192;
+            s.num_decoding = decoding;
+            s
+        };
+        // Nearly four steps of prompts queued: each of its 8 decodes would wait for them.
+        let backlog = with_budget(status(20_000, 10, 2, 30_000), 8);
+        let calm = with_budget(status(20_000, 10, 0, 0), 10);
+        let pair = cms(&[("busy", "m", backlog.clone()), ("calm", "m", calm.clone())]);
+        assert_eq!(
+            plan(&pair, &[]),
+            vec![("busy".into(), "calm".into(), MoveReason::Interference)]
+        );
+        let one_step = with_budget(status(20_000, 10, 1, 8_000), 8);
+        let pair = cms(&[("busy", "m", one_step), ("calm", "m", calm.clone())]);
+        assert!(
+            plan(&pair, &[]).is_empty(),
+            "a step of prompts is not worth a move"
+        );
+        let both = cms(&[("busy", "m", backlog.clone()), ("also", "m", backlog)]);
+        assert!(plan(&both, &[]).is_empty(), "no calm instance to go to");
+    }
+
+    #[test]
+    fn engines_that_do_not_say_their_capacity_are_left_alone() {
+        let mut unknown = status(0, 40, 3, 20_000);
+        unknown.total_kv_tokens = 0;
+        let cms = cms(&[("a", "m", unknown), ("b", "m", status(0, 0, 0, 0))]);
+        assert!(plan(&cms, &[]).is_empty());
+    }
+}
