@@ -56,6 +56,43 @@ impl Reservation {
     pub fn capacity(&self, block_size: usize) -> usize {
         self.blocks.len() * block_size
     }
+
+    /// Its blocks, in the order of the sequence's blocks they will hold.
+    pub fn blocks(&self) -> &[BlockId] {
+        &self.blocks
+    }
+}
+
+/// The KV of a run of a sequence's blocks, as a copy stage sends it, with a checksum of its
+/// bytes so that a damaged transfer is refused instead of read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvChunk {
+    /// Index of its first block among the sequence's blocks.
+    pub first_block: usize,
+    /// Blocks it holds.
+    pub num_blocks: usize,
+    /// The backend's bytes for them.
+    pub bytes: Vec<u8>,
+    /// XXH3-64 of `bytes`.
+    pub checksum: u64,
+}
+
+impl KvChunk {
+    /// A chunk of `num_blocks` blocks from `first_block`, checksummed.
+    pub fn new(first_block: usize, num_blocks: usize, bytes: Vec<u8>) -> Self {
+        let checksum = xxhash_rust::xxh3::xxh3_64(&bytes);
+        KvChunk {
+            first_block,
+            num_blocks,
+            bytes,
+            checksum,
+        }
+    }
+
+    /// Whether the bytes are what was sent.
+    pub fn intact(&self) -> bool {
+        xxhash_rust::xxh3::xxh3_64(&self.bytes) == self.checksum
+    }
 }
 
 impl EngineCore {
@@ -75,6 +112,11 @@ impl EngineCore {
     /// Leading tokens of `seq` whose KV is computed (what a copy stage can send), if it is live.
     pub fn computed_tokens(&self, seq: SeqId) -> Option<usize> {
         self.batcher().get(seq).map(|s| s.num_computed)
+    }
+
+    /// KV blocks of live `seq`, in token order.
+    pub fn blocks_of(&self, seq: SeqId) -> Option<&[BlockId]> {
+        self.batcher().get(seq).map(|s| s.blocks.as_slice())
     }
 
     /// Stops planning running sequence `seq` for its last copy; its blocks stay. False when it

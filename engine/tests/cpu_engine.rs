@@ -7,6 +7,7 @@ use std::sync::Arc;
 use switchyard_engine::backend::cpu::CpuBackend;
 use switchyard_engine::backend::Backend;
 use switchyard_engine::core::{CoreConfig, EngineCore, NewSeq, SeqEvent};
+use switchyard_engine::migration::{KvChunk, Reservation};
 use switchyard_engine::model::{ModelConfig, ModelWeights};
 use switchyard_engine::sampling::{Sampled, SamplingParams, StopParams};
 
@@ -176,4 +177,121 @@ fn preempted_requests_resume_to_the_same_greedy_tokens() {
         let tokens: Vec<u32> = out[id].iter().map(|s| s.token).collect();
         assert_eq!(tokens, reference[i], "sequence {i}");
     }
+}
+
+/// One step of `core` on `backend` at `now`; the tokens it sampled.
+fn step(core: &mut EngineCore, backend: &mut CpuBackend, now: f64) -> Vec<Sampled> {
+    let Some(plan) = core.plan(now) else {
+        return Vec::new();
+    };
+    let output = backend.execute(&plan.batch);
+    let report = core.complete(plan, output, now);
+    report
+        .events
+        .into_iter()
+        .filter_map(|e| match e {
+            SeqEvent::Token(_, sampled) => Some(sampled),
+            SeqEvent::Finished(_) => None,
+        })
+        .collect()
+}
+
+/// Copies blocks `from..to` of `seq` from `source` into `reservation`'s blocks on
+/// `destination`, as one checksummed chunk.
+fn copy_blocks(
+    source: (&EngineCore, &CpuBackend),
+    seq: u64,
+    reservation: &Reservation,
+    destination: &mut CpuBackend,
+    (from, to): (usize, usize),
+) {
+    let blocks = &source.0.blocks_of(seq).unwrap()[from..to];
+    let chunk = KvChunk::new(from, to - from, source.1.export_kv(blocks).unwrap());
+    assert!(chunk.intact());
+    let into = &reservation.blocks()[chunk.first_block..][..chunk.num_blocks];
+    destination.import_kv(into, &chunk.bytes).unwrap();
+}
+
+/// Moves `seq` from one engine to another in two stages, as live migration does: full blocks
+/// while it decodes on, then the rest once suspended. `import` false leaves the destination's
+/// KV unwritten (to show that it is the copied KV the destination decodes from).
+fn moved_outputs(import: bool) -> Vec<Sampled> {
+    let prompt: Vec<u32> = (0..23).map(|t| (t * 5 % 64) as u32).collect();
+    let (mut src, mut src_backend) = engine(40);
+    let (mut dst, mut dst_backend) = engine(40);
+    let seq = src.add(greedy("m", prompt, 12), 0.0).unwrap();
+    let mut out = Vec::new();
+    for t in 0..3 {
+        out.extend(step(&mut src, &mut src_backend, t as f64));
+    }
+    let computed = src.computed_tokens(seq).unwrap();
+    let mut reservation = dst.reserve(computed + 1).unwrap();
+    let full = computed / BLOCK_SIZE;
+    if import {
+        copy_blocks(
+            (&src, &src_backend),
+            seq,
+            &reservation,
+            &mut dst_backend,
+            (0, full),
+        );
+    }
+    for t in 3..5 {
+        out.extend(step(&mut src, &mut src_backend, t as f64));
+    }
+    assert!(src.suspend(seq, 5.0));
+    let computed = src.computed_tokens(seq).unwrap();
+    assert!(dst.grow_reservation(&mut reservation, computed));
+    if import {
+        let all = src.blocks_of(seq).unwrap().len();
+        copy_blocks(
+            (&src, &src_backend),
+            seq,
+            &reservation,
+            &mut dst_backend,
+            (full, all),
+        );
+    }
+    let moved = src.hand_over(seq, 5.0).unwrap();
+    dst.take_in(moved, reservation, 5.0).unwrap();
+    for t in 6..20 {
+        out.extend(step(&mut dst, &mut dst_backend, t as f64));
+    }
+    out
+}
+
+#[test]
+fn a_sequence_moved_with_its_kv_bytes_continues_exactly_as_it_would_have() {
+    let prompt: Vec<u32> = (0..23).map(|t| (t * 5 % 64) as u32).collect();
+    let (mut core, mut backend) = engine(40);
+    let id = core.add(greedy("m", prompt, 12), 0.0).unwrap();
+    let (alone, _, _) = run(&mut core, &mut backend);
+    let moved = moved_outputs(true);
+    assert_same_outputs(&alone[&id], &moved);
+    let unwritten = moved_outputs(false);
+    let differs = alone[&id].iter().zip(&unwritten).any(|(a, b)| {
+        a.token != b.token
+            || a.top
+                .iter()
+                .zip(&b.top)
+                .any(|(x, y)| (x.1 - y.1).abs() > 1e-3)
+    });
+    assert!(
+        differs,
+        "without the copied KV the destination computes something else"
+    );
+}
+
+#[test]
+fn kv_bytes_of_the_wrong_size_or_damaged_are_refused() {
+    let (_, mut backend) = engine(4);
+    let good = backend.export_kv(&[0, 1]).unwrap();
+    assert_eq!(good.len(), 2 * backend.export_kv(&[3]).unwrap().len());
+    assert!(
+        backend.import_kv(&[2], &good).is_err(),
+        "two blocks' bytes for one block"
+    );
+    let mut chunk = KvChunk::new(0, 2, good);
+    chunk.bytes[7] ^= 1;
+    assert!(!chunk.intact());
 }

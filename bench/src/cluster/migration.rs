@@ -7,6 +7,7 @@
 use super::{Cluster, Happening};
 use std::collections::{BTreeMap, HashSet};
 use switchyard_engine::backend::sim::KvLink;
+use switchyard_engine::backend::Backend;
 use switchyard_engine::batching::SeqId;
 use switchyard_engine::migration::Reservation;
 use switchyard_scheduler::rescheduler::{MoveReason, ReschedulerConfig};
@@ -181,6 +182,12 @@ impl Cluster {
     /// goes on from there.
     fn take_in(&mut self, id: u64, since: f64, now: f64) {
         let m = self.moves.remove(&id).expect("live move");
+        // The simulated backends send no bytes, but the KV goes the way a real engine's does.
+        let blocks = self.nodes[m.from].core.blocks_of(m.seq).unwrap_or_default();
+        let into = &m.reservation.blocks()[..blocks.len().min(m.reservation.blocks().len())];
+        let kv = self.nodes[m.from].backend.export_kv(&blocks[..into.len()]);
+        let imported = kv.and_then(|bytes| self.nodes[m.to].backend.import_kv(into, &bytes));
+        imported.expect("the simulated backends move KV");
         let moved = self.nodes[m.from]
             .core
             .hand_over(m.seq, now)

@@ -60,6 +60,22 @@ pub struct ModelOutput {
     pub modeled_seconds: Option<f64>,
 }
 
+/// Why KV could not move between engines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum KvMoveError {
+    /// The backend has no way to send or receive KV yet.
+    #[error("this backend cannot move KV between engines yet")]
+    Unsupported,
+    /// The bytes do not fit the blocks they were sent for.
+    #[error("{got} KV bytes for blocks that hold {expected}")]
+    SizeMismatch {
+        /// Bytes the blocks hold.
+        expected: usize,
+        /// Bytes received.
+        got: usize,
+    },
+}
+
 /// Runs steps of a model.
 pub trait Backend: Send {
     /// Computes one step.
@@ -68,6 +84,19 @@ pub trait Backend: Send {
     /// Whether a step takes long enough that it must run off the async runtime's threads.
     fn blocking(&self) -> bool {
         false
+    }
+
+    /// The KV of `blocks`, in order, as bytes another engine of the same model and shape can
+    /// [import](Backend::import_kv). The simulated backend holds no KV and sends nothing (a
+    /// move there costs only time); a backend that cannot move KV yet refuses.
+    fn export_kv(&self, _blocks: &[BlockId]) -> Result<Vec<u8>, KvMoveError> {
+        Err(KvMoveError::Unsupported)
+    }
+
+    /// Writes `bytes` from another engine's [`Backend::export_kv`] into `blocks`; refused
+    /// (nothing written) when their size does not match or the backend cannot move KV.
+    fn import_kv(&mut self, _blocks: &[BlockId], _bytes: &[u8]) -> Result<(), KvMoveError> {
+        Err(KvMoveError::Unsupported)
     }
 
     /// Steps this backend expects to take, from its hardware profile, before any has run (in

@@ -7,8 +7,8 @@
 mod kernels;
 mod kv_store;
 
-use super::{Backend, ModelBatch, ModelOutput};
-use crate::kv::KvTransfers;
+use super::{Backend, KvMoveError, ModelBatch, ModelOutput};
+use crate::kv::{BlockId, KvTransfers};
 use crate::model::{ModelConfig, ModelWeights};
 use crate::sampling::Logits;
 use kernels::*;
@@ -243,6 +243,36 @@ fn attend(
 }
 
 impl Backend for CpuBackend {
+    /// The blocks' f32 keys and values, little-endian, block after block.
+    fn export_kv(&self, blocks: &[BlockId]) -> Result<Vec<u8>, KvMoveError> {
+        let mut bytes = Vec::with_capacity(blocks.len() * self.kv.block_len() * 4);
+        for &block in blocks {
+            bytes.extend(self.kv.block(block).iter().flat_map(|x| x.to_le_bytes()));
+        }
+        Ok(bytes)
+    }
+
+    fn import_kv(&mut self, blocks: &[BlockId], bytes: &[u8]) -> Result<(), KvMoveError> {
+        let block_bytes = self.kv.block_len() * 4;
+        if bytes.len() != blocks.len() * block_bytes {
+            return Err(KvMoveError::SizeMismatch {
+                expected: blocks.len() * block_bytes,
+                got: bytes.len(),
+            });
+        }
+        for (&block, chunk) in blocks.iter().zip(bytes.chunks_exact(block_bytes)) {
+            for (x, b) in self
+                .kv
+                .block_mut(block)
+                .iter_mut()
+                .zip(chunk.chunks_exact(4))
+            {
+                *x = f32::from_le_bytes(b.try_into().expect("chunks of four"));
+            }
+        }
+        Ok(())
+    }
+
     fn execute(&mut self, batch: &ModelBatch) -> ModelOutput {
         self.transfer(&batch.transfers);
         ModelOutput {

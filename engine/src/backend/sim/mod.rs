@@ -46,7 +46,8 @@ pub fn resolve(gpu: &str, model: &str) -> anyhow::Result<(GpuProfile, ModelShape
     Ok((profile, shape))
 }
 
-use super::{Backend, ModelBatch, ModelOutput};
+use super::{Backend, KvMoveError, ModelBatch, ModelOutput};
+use crate::kv::BlockId;
 use switchyard_protocol::engine_state::StepSample;
 
 /// The simulated backend.
@@ -70,6 +71,19 @@ impl SimBackend {
 }
 
 impl Backend for SimBackend {
+    /// No bytes: the simulated engine holds no KV; a [`KvLink`] says how long they would take.
+    fn export_kv(&self, _blocks: &[BlockId]) -> Result<Vec<u8>, KvMoveError> {
+        Ok(Vec::new())
+    }
+
+    /// Takes the empty bytes [`SimBackend::export_kv`] sends.
+    fn import_kv(&mut self, _blocks: &[BlockId], bytes: &[u8]) -> Result<(), KvMoveError> {
+        match bytes.len() {
+            0 => Ok(()),
+            got => Err(KvMoveError::SizeMismatch { expected: 0, got }),
+        }
+    }
+
     fn execute(&mut self, batch: &ModelBatch) -> ModelOutput {
         ModelOutput {
             logits: batch
