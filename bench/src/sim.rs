@@ -50,9 +50,11 @@ pub struct SimArgs {
     /// Host memory per instance for the prefix cache's host tier, in GiB (0: none).
     #[arg(long, default_value = "0")]
     pub kv_offloading_size: NonNegative,
-    /// Leave running requests where they were placed (no live migration).
+    /// Move running requests between instances (live migration, with the scheduler's
+    /// rescheduler). Off by default while real engines cannot migrate yet, so that `sim`
+    /// models the cluster `serve` runs.
     #[arg(long)]
-    pub no_rescheduling: bool,
+    pub rescheduling: bool,
     /// Bandwidth of the link KV moves over between instances, in Gb/s.
     #[arg(long, default_value = "25")]
     pub kv_transfer_gbps: Positive,
@@ -117,7 +119,7 @@ impl SimArgs {
             max_num_seqs: self.max_num_seqs,
             gpu_memory_utilization: self.gpu_memory_utilization.get(),
             kv_offloading_size: self.kv_offloading_size.get(),
-            rescheduling: (!self.no_rescheduling).then(|| Rescheduling {
+            rescheduling: self.rescheduling.then(|| Rescheduling {
                 config: ReschedulerConfig::default(),
                 link: KvLink {
                     gbps: self.kv_transfer_gbps.get(),
