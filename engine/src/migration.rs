@@ -109,9 +109,14 @@ impl EngineCore {
         seqs
     }
 
-    /// Leading tokens of `seq` whose KV is computed (what a copy stage can send), if it is live.
+    /// Leading tokens of `seq` whose KV is computed (what a copy stage can send), while it runs
+    /// or is suspended for its move; `None` once it finished, and once it was preempted (its KV
+    /// is gone, so a move under way must be given up).
     pub fn computed_tokens(&self, seq: SeqId) -> Option<usize> {
-        self.batcher().get(seq).map(|s| s.num_computed)
+        self.batcher()
+            .get(seq)
+            .filter(|s| matches!(s.status, SeqStatus::Running | SeqStatus::Suspended))
+            .map(|s| s.num_computed)
     }
 
     /// KV blocks of live `seq`, in token order.
@@ -413,6 +418,29 @@ mod tests {
         destination.cancel(held.unwrap());
         assert_eq!(tokens_of(&step(&mut destination, 1.0)).len(), 1);
         assert_eq!(destination.computed_tokens(waiting), Some(3));
+    }
+
+    #[test]
+    fn a_preempted_sequence_has_no_kv_left_to_copy() {
+        // Six blocks of 4: two sequences of 8 prompt tokens outgrow them, and the newer yields.
+        let mut source = core(6, 4);
+        let older = add(&mut source, (1..=8).collect(), 20);
+        let newer = add(&mut source, (11..=18).collect(), 20);
+        assert_eq!(source.computed_tokens(newer), None, "not admitted yet");
+        step(&mut source, 0.0);
+        let mut t = 1.0;
+        while source.batcher().get(newer).unwrap().status != SeqStatus::Preempted {
+            assert!(t < 20.0, "the pool runs out within 20 steps");
+            assert!(source.computed_tokens(newer).is_some(), "running");
+            step(&mut source, t);
+            t += 1.0;
+        }
+        assert_eq!(source.computed_tokens(newer), None);
+        assert!(source.computed_tokens(older).is_some());
+        assert!(
+            !source.suspend(newer, t),
+            "only a running sequence is suspended"
+        );
     }
 
     #[test]

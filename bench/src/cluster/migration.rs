@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 use switchyard_engine::backend::sim::KvLink;
 use switchyard_engine::backend::Backend;
 use switchyard_engine::batching::SeqId;
+use switchyard_engine::core::EngineCore;
 use switchyard_engine::migration::Reservation;
 use switchyard_scheduler::rescheduler::{MoveReason, ReschedulerConfig};
 
@@ -29,8 +30,9 @@ pub struct Rescheduling {
 pub struct MigrationTally {
     /// Moves completed, by reason label.
     pub moved: BTreeMap<&'static str, u64>,
-    /// Moves given up, by why: `finished` (the request ended first) or `no_room` (the
-    /// destination could not hold it); the request stayed on its source either way.
+    /// Moves given up, by why: `finished` (the request ended first), `preempted` (its source
+    /// dropped its KV to make room; it is recomputed there) or `no_room` (the destination could
+    /// not hold it); the request stayed on its source in every case.
     pub abandoned: BTreeMap<&'static str, u64>,
     /// Seconds each completed move kept its request suspended.
     pub pauses: Vec<f64>,
@@ -115,7 +117,8 @@ impl Cluster {
                 let m = self.moves.get_mut(&id).expect("live move");
                 m.copied = target;
                 let Some(computed) = self.nodes[m.from].core.computed_tokens(m.seq) else {
-                    return self.abandon(id, "finished");
+                    let why = gone(&self.nodes[m.from].core, m.seq);
+                    return self.abandon(id, why);
                 };
                 let rest = computed - m.copied;
                 if rest <= self.block_size || m.stages >= MAX_STAGES {
@@ -153,7 +156,8 @@ impl Cluster {
         for id in waiting {
             let m = self.moves.get_mut(&id).expect("live move");
             let Some(computed) = self.nodes[n].core.computed_tokens(m.seq) else {
-                self.abandon(id, "finished");
+                let why = gone(&self.nodes[n].core, m.seq);
+                self.abandon(id, why);
                 continue;
             };
             let grown = self.nodes[m.to]
@@ -220,5 +224,13 @@ impl Cluster {
 
     fn node_index(&self, id: &str) -> Option<usize> {
         self.nodes.iter().position(|n| n.id == id)
+    }
+}
+
+/// Why sequence `seq` of `core` has no KV to copy any more.
+fn gone(core: &EngineCore, seq: SeqId) -> &'static str {
+    match core.blocks_of(seq) {
+        Some(_) => "preempted",
+        None => "finished",
     }
 }
