@@ -197,11 +197,12 @@ impl EngineCore {
         &mut self.batcher
     }
 
-    /// A fresh sequence id.
-    pub(crate) fn next_seq_id(&mut self) -> SeqId {
+    /// A fresh sequence id and arrival order, both unique in this engine.
+    pub(crate) fn next_ids(&mut self) -> (SeqId, u64) {
+        let id = self.next_seq;
         self.next_seq += 1;
         self.next_arrival += 1;
-        self.next_seq - 1
+        (id, self.next_arrival)
     }
 
     /// Takes `n` free blocks, or none when fewer are free.
@@ -237,9 +238,7 @@ impl EngineCore {
         if self.batcher.num_waiting() >= self.config.max_waiting_requests {
             return Err(AddError::QueueFull);
         }
-        let id = self.next_seq;
-        self.next_seq += 1;
-        self.next_arrival += 1;
+        let (id, arrival_order) = self.next_ids();
         self.record(now, &new.request_id, TraceKind::RequestQueueStart);
         self.admitted_ids.push(new.request_id.clone());
         self.batcher.add(Sequence::new(
@@ -248,7 +247,7 @@ impl EngineCore {
             new.prompt,
             self.config.block_size,
             new.priority,
-            self.next_arrival,
+            arrival_order,
             new.sampling,
             new.stop,
             now,

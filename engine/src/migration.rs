@@ -212,14 +212,14 @@ impl EngineCore {
         let spare = reservation.blocks.split_off(needed);
         self.release_blocks(&spare);
         self.batcher_mut().release_seat();
-        let id = self.next_seq_id();
+        let (id, arrival_order) = self.next_ids();
         let mut seq = Sequence::new(
             id,
             moved.request_id,
             moved.tokens[..moved.prompt_len].to_vec(),
             self.config().block_size,
             moved.priority,
-            id,
+            arrival_order,
             moved.sampling,
             moved.stop,
             moved.times.arrival,
@@ -371,6 +371,22 @@ mod tests {
         }
         assert_eq!(got, expected, "no token missing, repeated or different");
         assert_eq!(destination.pool().num_free(), 64);
+    }
+
+    #[test]
+    fn a_sequence_taken_in_queues_in_its_own_place_when_preempted() {
+        let (mut source, mut destination) = (core(64, 4), core(64, 4));
+        let seq = add(&mut source, (1..=10).collect(), 12);
+        step(&mut source, 0.0);
+        let local = add(&mut destination, (20..=25).collect(), 4);
+        let reservation = destination.reserve(11).unwrap();
+        assert!(source.suspend(seq, 1.0));
+        let moved = source.hand_over(seq, 1.0).unwrap();
+        let id = destination.take_in(moved, reservation, 1.0).unwrap();
+        let later = add(&mut destination, (30..=35).collect(), 4);
+        let order = |s: SeqId| destination.batcher().get(s).unwrap().arrival_order;
+        let orders = [order(local), order(id), order(later)];
+        assert!(orders[0] < orders[1] && orders[1] < orders[2], "{orders:?}");
     }
 
     #[test]
