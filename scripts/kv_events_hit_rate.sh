@@ -27,17 +27,7 @@ if [ -z "${BIN:-}" ]; then
     cargo build --release -q
     BIN=target/release/switchyard
 fi
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-wait_for() {
-    for _ in $(seq 1 300); do
-        if curl -sf "$1" >/dev/null 2>&1; then return 0; fi
-        sleep 0.1
-    done
-    echo "$1 never answered" >&2
-    return 1
-}
+. scripts/lib/processes.sh
 
 engine_port=19500 zmq_port=19600 replay_port=19700
 export SWITCHYARD_CACHE_DIR="$out/cache"

@@ -36,18 +36,7 @@ if [ ! -x "$venv/bin/smg" ] || [ ! -x "$venv/bin/vllm-router" ]; then
 fi
 cargo build --release -q
 bin=target/release/switchyard
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-
-wait_for() {
-    for _ in $(seq 1 300); do
-        if curl -sf "$1" >/dev/null 2>&1; then return 0; fi
-        sleep 0.1
-    done
-    echo "$1 never answered" >&2
-    return 1
-}
+. scripts/lib/processes.sh
 
 engine_port=19500
 "$bin" engine --backend sim --sim-model "$sim_model" --instances "$engines" --port "$engine_port" \
