@@ -93,6 +93,9 @@ pub enum SeqEvent {
     Token(SeqId, Sampled),
     /// The sequence ended (after its last token event).
     Finished(Finished),
+    /// The sequence moved to another engine, where its events go on (sent by the instance that
+    /// handed it over, never by the core).
+    Moved(SeqId, switchyard_protocol::migration::MigratedTo),
 }
 
 /// Counts and latencies of one step, for metrics.

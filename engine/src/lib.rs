@@ -5,7 +5,7 @@
 //! cache), runs it on a [`backend`] and samples the next tokens ([`sampling`]). The
 //! [`instance`] drives the core in real time and publishes [`metrics`], the [`trace`] log, and
 //! the state and KV event streams the scheduler reads. [`migration`] is the core's side of moving a
-//! running sequence to another engine. [`forward_check`] runs a backend alone,
+//! running sequence to another engine, [`mover`] the copy over HTTP. [`forward_check`] runs a backend alone,
 //! for checking it against a reference and measuring it.
 
 pub mod backend;
@@ -19,6 +19,7 @@ pub mod launcher;
 pub mod metrics;
 pub mod migration;
 pub mod model;
+pub mod mover;
 pub mod sampling;
 pub mod server;
 pub mod trace;

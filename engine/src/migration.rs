@@ -19,8 +19,12 @@ use crate::kv::BlockId;
 use crate::sampling::{SamplingParams, StopParams};
 use crate::trace::TraceKind;
 
+/// Copy stages of a move before the last one (with the sequence suspended) is forced even if
+/// more than a block was computed during the stage before.
+pub const MAX_STAGES: u32 = 8;
+
 /// A sequence in transit: what travels with its KV blocks.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MovedSeq {
     /// The request id (`x-request-id`).
     pub request_id: String,
@@ -142,25 +146,30 @@ impl EngineCore {
         self.batcher_mut().resume(seq)
     }
 
-    /// Gives up suspended `seq` to its destination: its blocks are released here.
-    pub fn hand_over(&mut self, seq: SeqId, now: f64) -> Option<MovedSeq> {
-        if self.batcher().get(seq)?.status != SeqStatus::Suspended {
-            return None;
-        }
-        let s = self.remove_seq(seq)?;
-        self.record(now, &s.request_id, TraceKind::MigrateOutEnd);
-        Some(MovedSeq {
-            request_id: s.request_id,
-            tokens: s.tokens,
+    /// What suspended `seq` would travel as, while it is still here (sent to the destination
+    /// before [`EngineCore::hand_over`], so a refused commit leaves it to resume).
+    pub fn in_transit(&self, seq: SeqId) -> Option<MovedSeq> {
+        let s = self.batcher().get(seq)?;
+        (s.status == SeqStatus::Suspended).then(|| MovedSeq {
+            request_id: s.request_id.clone(),
+            tokens: s.tokens.clone(),
             prompt_len: s.prompt_len,
             num_computed: s.num_computed,
             priority: s.priority,
-            sampling: s.sampling,
-            stop: s.stop,
+            sampling: s.sampling.clone(),
+            stop: s.stop.clone(),
             cached_prompt_tokens: s.cached_prompt_tokens,
             num_preemptions: s.num_preemptions,
             times: s.times,
         })
+    }
+
+    /// Gives up suspended `seq` to its destination: its blocks are released here.
+    pub fn hand_over(&mut self, seq: SeqId, now: f64) -> Option<MovedSeq> {
+        let moved = self.in_transit(seq)?;
+        self.remove_seq(seq)?;
+        self.record(now, &moved.request_id, TraceKind::MigrateOutEnd);
+        Some(moved)
     }
 
     /// Holds blocks for `tokens` tokens and a running seat for a sequence coming in, or `None`
@@ -323,7 +332,7 @@ mod tests {
             .iter()
             .filter_map(|e| match e {
                 SeqEvent::Token(_, s) => Some(s.token),
-                SeqEvent::Finished(_) => None,
+                SeqEvent::Finished(_) | SeqEvent::Moved(..) => None,
             })
             .collect()
     }

@@ -191,7 +191,7 @@ fn step(core: &mut EngineCore, backend: &mut CpuBackend, now: f64) -> Vec<Sample
         .into_iter()
         .filter_map(|e| match e {
             SeqEvent::Token(_, sampled) => Some(sampled),
-            SeqEvent::Finished(_) => None,
+            SeqEvent::Finished(_) | SeqEvent::Moved(..) => None,
         })
         .collect()
 }

@@ -2,9 +2,11 @@
 //! engine's event only once it is whole, so a stream broken off mid-event never leaves half an
 //! event with the client, and a continuation elsewhere starts on an event boundary; the scheduler
 //! reads each engine's state and KV event streams with it. Comment lines are dropped, except
-//! switchyard's `: token_ids 1,2,3`, which is read into the event.
+//! switchyard's `: token_ids 1,2,3`, which is read into the event, and `: migrated TICKET
+//! DESTINATION`, which ends the stream of a request that moved to another engine.
 
 use bytes::{Bytes, BytesMut};
+use switchyard_protocol::migration::{parse_migrated, MigratedTo};
 
 /// One whole event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,6 +15,8 @@ pub struct SseEvent {
     pub data: Option<Bytes>,
     /// Generated token ids the engine named in a comment line.
     pub token_ids: Vec<u32>,
+    /// Set when the engine moved the request: where its stream continues.
+    pub migrated: Option<MigratedTo>,
 }
 
 impl SseEvent {
@@ -50,7 +54,7 @@ impl SseSplitter {
             self.scanned = 0;
             let raw = self.pending.split_to(end + gap).freeze();
             let event = parse_event(raw.slice(..end));
-            if event.data.is_some() || !event.token_ids.is_empty() {
+            if event.data.is_some() || !event.token_ids.is_empty() || event.migrated.is_some() {
                 return Some(event);
             }
         }
@@ -75,6 +79,7 @@ fn parse_event(raw: Bytes) -> SseEvent {
     let mut data: Option<Bytes> = None;
     let mut joined: Option<BytesMut> = None;
     let mut token_ids = Vec::new();
+    let mut migrated = None;
     let mut start = 0;
     while start <= raw.len() {
         let end = memchr::memchr(b'\n', &raw[start..]).map_or(raw.len(), |p| start + p);
@@ -90,6 +95,8 @@ fn parse_event(raw: Bytes) -> SseEvent {
                     .split(',')
                     .filter_map(|t| t.trim().parse::<u32>().ok()),
             );
+        } else if let Some(rest) = line.strip_prefix(b": ") {
+            migrated = migrated.or_else(|| parse_migrated(std::str::from_utf8(rest).ok()?));
         } else if let Some(value) = line.strip_prefix(b"data:") {
             let value = value.strip_prefix(b" ").unwrap_or(value);
             let offset = value.as_ptr() as usize - line.as_ptr() as usize;
@@ -112,12 +119,29 @@ fn parse_event(raw: Bytes) -> SseEvent {
     SseEvent {
         data: joined.map(BytesMut::freeze).or(data),
         token_ids,
+        migrated,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_migrated_comment_is_an_event_of_its_own() {
+        let mut splitter = SseSplitter::default();
+        splitter.push(b": token_ids 3\ndata: {}\n\n: migrated t7 http://127.0.0.1:9\n\n");
+        assert_eq!(splitter.next_event().unwrap().migrated, None);
+        let moved = splitter.next_event().unwrap();
+        assert_eq!(moved.data, None);
+        assert_eq!(
+            moved.migrated,
+            Some(MigratedTo {
+                ticket: "t7".into(),
+                destination: "http://127.0.0.1:9".into()
+            })
+        );
+    }
 
     #[test]
     fn events_split_anywhere_come_out_whole() {

@@ -10,11 +10,13 @@
 //! - [`clock`]: the Unix-time clock the processes share.
 //! - [`vllm_kv_events`]: what the publisher and subscriber of vLLM's KV-event format share.
 //! - [`model_description`]: what an engine tells a gateway about the model it serves.
+//! - [`migration`]: moving a running request between engines, and following it.
 
 pub mod clock;
 pub mod engine_state;
 pub mod hashing;
 pub mod kv_events;
+pub mod migration;
 pub mod model_description;
 pub mod openai;
 pub mod schedule;

@@ -10,11 +10,8 @@ use switchyard_engine::backend::sim::KvLink;
 use switchyard_engine::backend::Backend;
 use switchyard_engine::batching::SeqId;
 use switchyard_engine::core::EngineCore;
-use switchyard_engine::migration::Reservation;
+use switchyard_engine::migration::{Reservation, MAX_STAGES};
 use switchyard_scheduler::rescheduler::{MoveReason, ReschedulerConfig};
-
-/// Copy stages before the last one is forced even if the rest is still more than a block.
-const MAX_STAGES: u32 = 8;
 
 /// Live migration's settings in a simulated cluster.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -506,6 +506,8 @@ impl Cluster {
                     }
                     t.last_token = Some(now);
                 }
+                // Only an instance sends it, never a core's step.
+                SeqEvent::Moved(..) => {}
                 SeqEvent::Finished(finished) => {
                     let Some(i) = self.nodes[n].requests.remove(&finished.seq) else {
                         continue;

@@ -93,6 +93,19 @@ pub trait Backend: Send {
         Err(KvMoveError::Unsupported)
     }
 
+    /// Bytes of one KV block in this backend's layout, as a move compares them between its two
+    /// engines (for the simulated backend, what a real one of its shape would send); 0 when it
+    /// cannot move KV.
+    fn kv_block_bytes(&self) -> u64 {
+        0
+    }
+
+    /// For a simulated backend, the link a KV transfer is modelled over (the move waits that
+    /// long); `None` for backends whose bytes really travel.
+    fn modeled_kv_link(&self) -> Option<sim::KvLink> {
+        None
+    }
+
     /// Writes `bytes` from another engine's [`Backend::export_kv`] into `blocks`; refused
     /// (nothing written) when their size does not match or the backend cannot move KV.
     fn import_kv(&mut self, _blocks: &[BlockId], _bytes: &[u8]) -> Result<(), KvMoveError> {

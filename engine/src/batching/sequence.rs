@@ -62,7 +62,7 @@ pub struct Sequence {
 }
 
 /// Timestamps of a sequence's life, in the engine's clock.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SeqTimes {
     /// Arrival.
     pub arrival: f64,

@@ -5,12 +5,13 @@ use super::families::*;
 use super::phases::{observe_some, PhaseHistograms, Phases};
 use super::{Dialect, EngineInfo};
 use crate::core::{Finished, StepStats};
-use prometheus::{Counter, Gauge, Histogram, Registry};
+use prometheus::{Counter, CounterVec, Gauge, Histogram, Registry};
 use std::sync::atomic::{AtomicU64, Ordering};
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::openai::FinishReason;
 
 pub(super) struct FastDeploy {
+    kv_moved: CounterVec,
     running: Gauge,
     waiting: Gauge,
     cache_usage: Gauge,
@@ -90,6 +91,13 @@ impl FastDeploy {
             n,
         )?;
         Ok(FastDeploy {
+            kv_moved: counter_vec(
+                reg,
+                "fastdeploy:kv_transfer_bytes_total",
+                "KV bytes moved to (out) or from (in) other engines by live migration.",
+                n,
+                &["direction"],
+            )?,
             running: gauge(
                 reg,
                 "fastdeploy:num_requests_running",
@@ -249,6 +257,12 @@ fn ratio(a: &AtomicU64, b: &AtomicU64) -> f64 {
 }
 
 impl Dialect for FastDeploy {
+    fn on_kv_moved(&self, direction: &str, bytes: u64) {
+        self.kv_moved
+            .with_label_values(&[direction])
+            .inc_by(bytes as f64);
+    }
+
     fn on_received(&self) {
         self.requests.inc();
     }

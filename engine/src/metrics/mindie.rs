@@ -5,12 +5,13 @@ use super::families::*;
 use super::phases::{observe_some, Phases};
 use super::{Dialect, EngineInfo};
 use crate::core::{Finished, StepStats};
-use prometheus::{Counter, Gauge, Histogram, Registry};
+use prometheus::{Counter, CounterVec, Gauge, Histogram, Registry};
 use std::sync::atomic::{AtomicU64, Ordering};
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::openai::FinishReason;
 
 pub(super) struct MindIe {
+    kv_moved: CounterVec,
     received: Counter,
     success: Counter,
     failed: Counter,
@@ -44,6 +45,13 @@ impl MindIe {
             l,
         )?;
         Ok(MindIe {
+            kv_moved: counter_vec(
+                reg,
+                "kv_transfer_bytes_total",
+                "KV bytes moved to (out) or from (in) other engines by live migration.",
+                l,
+                &["direction"],
+            )?,
             received: counter(reg, "request_received_total", "Requests received.", l)?,
             success: counter(
                 reg,
@@ -140,6 +148,12 @@ impl MindIe {
 }
 
 impl Dialect for MindIe {
+    fn on_kv_moved(&self, direction: &str, bytes: u64) {
+        self.kv_moved
+            .with_label_values(&[direction])
+            .inc_by(bytes as f64);
+    }
+
     fn on_received(&self) {
         self.received.inc();
     }

@@ -72,6 +72,8 @@ trait Dialect: Send + Sync {
     fn on_step(&self, stats: &StepStats, step_seconds: f64);
     /// A request ended.
     fn on_finished(&self, finished: &Finished);
+    /// KV bytes went `out` to or came `in` from another engine.
+    fn on_kv_moved(&self, direction: &str, bytes: u64);
     /// A new status snapshot.
     fn on_status(&self, status: &EngineStatus, kv_usage: f64);
 }
@@ -127,6 +129,13 @@ impl EngineMetrics {
     /// A request ended.
     pub fn on_finished(&self, finished: &Finished) {
         self.dialects.iter().for_each(|d| d.on_finished(finished));
+    }
+
+    /// `bytes` of KV went to another engine (`direction` `out`) or came from one (`in`).
+    pub fn on_kv_moved(&self, direction: &str, bytes: u64) {
+        self.dialects
+            .iter()
+            .for_each(|d| d.on_kv_moved(direction, bytes));
     }
 
     /// The engine's state changed.

@@ -9,6 +9,7 @@ use prometheus::{Counter, CounterVec, Gauge, Histogram, Registry};
 use switchyard_protocol::engine_state::EngineStatus;
 
 pub(super) struct Vllm {
+    kv_moved: CounterVec,
     running: Gauge,
     waiting: Gauge,
     kv_usage: Gauge,
@@ -65,6 +66,13 @@ impl Vllm {
             ])
             .set(1.0);
         Ok(Vllm {
+            kv_moved: counter_vec(
+                reg,
+                "vllm:kv_transfer_bytes_total",
+                "KV bytes moved to (out) or from (in) other engines by live migration.",
+                l,
+                &["direction"],
+            )?,
             running: gauge(
                 reg,
                 "vllm:num_requests_running",
@@ -194,6 +202,12 @@ impl Vllm {
 }
 
 impl Dialect for Vllm {
+    fn on_kv_moved(&self, direction: &str, bytes: u64) {
+        self.kv_moved
+            .with_label_values(&[direction])
+            .inc_by(bytes as f64);
+    }
+
     fn on_received(&self) {}
 
     fn on_step(&self, s: &StepStats, _step_seconds: f64) {

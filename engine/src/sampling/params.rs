@@ -1,7 +1,7 @@
 //! Validated per-request sampling and stopping parameters.
 
 /// How to pick each next token.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SamplingParams {
     /// 0 picks the most likely token.
     pub temperature: f32,
@@ -69,7 +69,7 @@ impl SamplingParams {
 }
 
 /// When a sequence ends, on the token level (stop strings are the output processor's job).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct StopParams {
     /// Most tokens to generate.
     pub max_tokens: u32,

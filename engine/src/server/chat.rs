@@ -3,7 +3,9 @@
 use super::errors::{HttpError, OpenAiJson};
 use super::generation::{Generation, TokenLogprobs};
 use super::params::GenerationParams;
-use super::{check_model, sse_response, wants_token_ids, Payload, RequestId, ResponseShape};
+use super::{
+    check_model, moves_of, sse_response, wants_token_ids, Payload, RequestId, ResponseShape,
+};
 use crate::instance::Instance;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -34,7 +36,8 @@ pub async fn chat_completions(
         None,
         instance.info.max_model_len,
     )?;
-    if instance.is_draining() {
+    let moves = moves_of(&headers, params.stream);
+    if instance.is_draining() && !moves.continues() {
         return Err(ApiError::unavailable("The engine is shutting down.").into());
     }
     let token_ids = params.stream && wants_token_ids(&headers);
@@ -44,6 +47,7 @@ pub async fn chat_completions(
         vec![(prompt, max)],
         &params,
         token_ids,
+        moves,
     )
     .await?;
     let shape = ResponseShape::new(
@@ -89,6 +93,10 @@ pub async fn chat_completions(
             yield Payload::plain(shape.chat_chunk(i as u32, delta, None, None, None));
         }
         while let Some(update) = generation.next().await {
+            if let Some(to) = update.moved {
+                yield Payload::moved(to);
+                return;
+            }
             let lp = shape.logprobs.then(|| ChatLogprobs { content: shape.chat_logprobs(&update.logprobs) });
             let delta = ChatDelta {
                 role: None,
@@ -96,7 +104,7 @@ pub async fn chat_completions(
             };
             let usage = continuous.then(|| generation.usage());
             let data = shape.chat_chunk(update.index, delta, lp, update.finish, usage);
-            yield Payload { data, token_ids: update.tokens };
+            yield Payload::tokens(data, update.tokens);
         }
         if include_usage {
             yield Payload::plain(shape.usage_chunk(generation.usage()));

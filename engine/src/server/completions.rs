@@ -3,7 +3,9 @@
 use super::errors::{HttpError, OpenAiJson};
 use super::generation::{Generation, TokenLogprobs};
 use super::params::GenerationParams;
-use super::{check_model, sse_response, wants_token_ids, Payload, RequestId, ResponseShape};
+use super::{
+    check_model, moves_of, sse_response, wants_token_ids, Payload, RequestId, ResponseShape,
+};
 use crate::instance::Instance;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -46,7 +48,8 @@ pub async fn completions(
     if prompts.is_empty() {
         return Err(ApiError::invalid_param("prompt", "`prompt` is empty.").into());
     }
-    if instance.is_draining() {
+    let moves = moves_of(&headers, params.stream);
+    if instance.is_draining() && !moves.continues() {
         return Err(ApiError::unavailable("The engine is shutting down.").into());
     }
     let echo: Vec<String> = if req.echo.unwrap_or(false) {
@@ -59,7 +62,7 @@ pub async fn completions(
     };
     let token_ids = params.stream && wants_token_ids(&headers);
     let mut generation =
-        Generation::start(&instance, &request_id, prompts, &params, token_ids).await?;
+        Generation::start(&instance, &request_id, prompts, &params, token_ids, moves).await?;
     let shape = ResponseShape::new(
         format!("cmpl-{request_id}"),
         model,
@@ -108,13 +111,17 @@ pub async fn completions(
             }
         }
         while let Some(update) = generation.next().await {
+            if let Some(to) = update.moved {
+                yield Payload::moved(to);
+                return;
+            }
             let i = update.index as usize;
             let mut lp = CompletionLogprobs::default();
             shape.extend_logprobs(&mut lp, &update.logprobs, offsets[i]);
             offsets[i] += update.text.len();
             let usage = continuous.then(|| generation.usage());
             let data = shape.completion_chunk(update.index, update.text, shape.logprobs.then_some(lp), update.finish, usage);
-            yield Payload { data, token_ids: update.tokens };
+            yield Payload::tokens(data, update.tokens);
         }
         if include_usage {
             yield Payload::plain(shape.usage_chunk(generation.usage()));

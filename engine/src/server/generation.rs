@@ -11,6 +11,7 @@ use crate::tokenizer::IncrementalDecoder;
 use futures::stream::{SelectAll, StreamExt};
 use futures::FutureExt;
 use std::sync::Arc;
+use switchyard_protocol::migration::MigratedTo;
 use switchyard_protocol::openai::{ApiError, FinishReason, StopReason, Usage};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -39,6 +40,27 @@ pub struct ChoiceUpdate {
     pub logprobs: Vec<TokenLogprobs>,
     /// Set on the choice's last update.
     pub finish: Option<(FinishReason, Option<StopReason>)>,
+    /// Set when the choice moved to another engine (its last update here, with no finish).
+    pub moved: Option<MigratedTo>,
+}
+
+/// How a request's stream relates to live migration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Moves {
+    /// Its client cannot follow a move: it stays here.
+    #[default]
+    Stay,
+    /// Its client (a switchyard gateway) follows a move: it may move.
+    Follow,
+    /// It continues a request that moved here under this ticket.
+    Continue(String),
+}
+
+impl Moves {
+    /// Whether the request continues one that moved here.
+    pub fn continues(&self) -> bool {
+        matches!(self, Moves::Continue(_))
+    }
 }
 
 /// A finished choice, gathered whole for a non-streamed answer.
@@ -86,12 +108,15 @@ pub struct Generation {
 impl Generation {
     /// Submits `n` choices for each prompt; on refusal, whatever was submitted is aborted. With
     /// `report_tokens`, every generated token makes an update, even while its text is held back.
+    /// `moves` says whether the choices may move to another engine, or continue one that moved
+    /// here (one prompt, one choice: the prompt is the moved request's tokens so far).
     pub async fn start(
         instance: &Arc<Instance>,
         request_id: &str,
         prompts: Vec<(Vec<u32>, u32)>,
         params: &GenerationParams,
         report_tokens: bool,
+        moves: Moves,
     ) -> Result<Generation, ApiError> {
         let mut generation = Generation {
             instance: instance.clone(),
@@ -112,12 +137,28 @@ impl Generation {
             report_tokens,
             _in_flight: instance.track(),
         };
+        if let Moves::Continue(ticket) = moves {
+            let [(prompt, _)] = &prompts[..] else {
+                return Err(ApiError::invalid_request(
+                    "A moved request continues with exactly one prompt.",
+                ));
+            };
+            if params.n != 1 {
+                return Err(ApiError::invalid_param(
+                    "n",
+                    "A moved request has one choice.",
+                ));
+            }
+            let attached = instance.attach(ticket, prompt.clone()).await?;
+            generation.push_choice(attached.seq, 0, prompt, params, attached.events);
+            return Ok(generation);
+        }
+        let follows = moves == Moves::Follow;
         for (p, (prompt, max_tokens)) in prompts.into_iter().enumerate() {
             for i in 0..params.n {
                 let mut sampling = params.sampling.clone();
                 sampling.seed = sampling.seed.wrapping_add(i as u64);
                 let (sender, receiver) = mpsc::unbounded_channel();
-                let decoder = IncrementalDecoder::new(&prompt, params.skip_special_tokens);
                 let seq = instance
                     .add(
                         NewSeq {
@@ -131,29 +172,41 @@ impl Generation {
                             priority: params.priority,
                         },
                         sender,
+                        follows,
                     )
                     .await
                     .map_err(|e| {
                         ApiError::rate_limited(format!("The engine is overloaded: {e}."), 1)
                     })?;
-                let index = generation.choices.len();
-                generation.choices.push(ChoiceState {
-                    seq,
-                    prompt: p,
-                    decoder,
-                    held: String::new(),
-                    tokens: 0,
-                    cached_tokens: 0,
-                    done: false,
-                });
-                let tag: Box<dyn FnMut(SeqEvent) -> (usize, SeqEvent) + Send> =
-                    Box::new(move |e| (index, e));
-                generation
-                    .events
-                    .push(UnboundedReceiverStream::new(receiver).map(tag));
+                generation.push_choice(seq, p, &prompt, params, receiver);
             }
         }
         Ok(generation)
+    }
+
+    /// Follows sequence `seq` of prompt number `p` as the next choice.
+    fn push_choice(
+        &mut self,
+        seq: SeqId,
+        p: usize,
+        prompt: &[u32],
+        params: &GenerationParams,
+        events: mpsc::UnboundedReceiver<SeqEvent>,
+    ) {
+        let index = self.choices.len();
+        self.choices.push(ChoiceState {
+            seq,
+            prompt: p,
+            decoder: IncrementalDecoder::new(prompt, params.skip_special_tokens),
+            held: String::new(),
+            tokens: 0,
+            cached_tokens: 0,
+            done: false,
+        });
+        let tag: Box<dyn FnMut(SeqEvent) -> (usize, SeqEvent) + Send> =
+            Box::new(move |e| (index, e));
+        self.events
+            .push(UnboundedReceiverStream::new(events).map(tag));
     }
 
     /// Number of choices.
@@ -201,6 +254,7 @@ impl Generation {
                     tokens: Vec::new(),
                     logprobs: Vec::new(),
                     finish: Some((FinishReason::Error, None)),
+                    moved: None,
                 });
             };
             if let Some(update) = self.apply(index, event) {
@@ -224,6 +278,7 @@ impl Generation {
             tokens: Vec::new(),
             logprobs: Vec::new(),
             finish: None,
+            moved: None,
         };
         match event {
             SeqEvent::Token(_, sampled) => {
@@ -258,9 +313,16 @@ impl Generation {
                 update.text = std::mem::take(&mut choice.held);
                 update.finish = Some((f.reason, f.stop_token.map(StopReason::Token)));
             }
+            // Text held back stays unsent: the gateway reads it from the token ids it saw, as
+            // it does when it resumes a broken stream.
+            SeqEvent::Moved(_, to) => {
+                choice.done = true;
+                update.moved = Some(to);
+            }
         }
         let news = !update.text.is_empty()
             || update.finish.is_some()
+            || update.moved.is_some()
             || !update.logprobs.is_empty()
             || (self.report_tokens && !update.tokens.is_empty());
         news.then_some(update)

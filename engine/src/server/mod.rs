@@ -1,10 +1,11 @@
-//! The engine's HTTP server: the OpenAI API, vLLM's extras, health, metrics, and the state and
-//! KV event streams the scheduler subscribes to.
+//! The engine's HTTP server: the OpenAI API, vLLM's extras, health, metrics, the state and
+//! KV event streams the scheduler subscribes to, and live migration between engines.
 
 mod chat;
 mod completions;
 pub mod errors;
 mod generation;
+mod migration;
 mod params;
 mod sse;
 mod streams;
@@ -39,6 +40,7 @@ pub fn router(instance: Arc<Instance>) -> Router {
         .route("/v1/state", get(streams::state))
         .route("/v1/kv_events", get(streams::kv_events))
         .route("/reset_prefix_cache", post(reset_prefix_cache))
+        .merge(migration::routes())
         .fallback(not_found)
         .layer(axum::middleware::from_fn(request_id))
         .layer(axum::Extension(BodyLimit(limit)))
@@ -148,6 +150,22 @@ impl ResponseShape {
 /// Unix seconds now, for `created`.
 fn unix_seconds() -> u64 {
     switchyard_protocol::clock::unix_now() as u64
+}
+
+/// How a request relates to live migration: it continues a moved request when it names a
+/// ticket; a stream whose client said it follows moves may move; anything else stays.
+fn moves_of(headers: &axum::http::HeaderMap, stream: bool) -> generation::Moves {
+    use switchyard_protocol::migration::{FOLLOW_MIGRATION_HEADER, MIGRATION_TICKET_HEADER};
+    match headers
+        .get(MIGRATION_TICKET_HEADER)
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(ticket) => generation::Moves::Continue(ticket.to_string()),
+        None if stream && headers.contains_key(FOLLOW_MIGRATION_HEADER) => {
+            generation::Moves::Follow
+        }
+        None => generation::Moves::Stay,
+    }
 }
 
 /// Whether a request asked for token ids in its stream ([`switchyard_protocol::TOKEN_IDS_HEADER`]).

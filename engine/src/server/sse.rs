@@ -18,6 +18,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use switchyard_protocol::migration::{migrated_comment, MigratedTo};
 use tokio::time::{Instant, Sleep};
 
 /// The longest a stream goes without an event before it carries a keep-alive comment.
@@ -32,20 +33,39 @@ pub struct Payload {
     pub data: String,
     /// The tokens the payload carries.
     pub token_ids: Vec<u32>,
+    /// Set on the last payload of a request that moved to another engine: the stream ends
+    /// with a comment naming it, and no `[DONE]`.
+    pub moved: Option<MigratedTo>,
 }
 
 impl Payload {
     /// A payload that carries no new tokens.
     pub fn plain(data: String) -> Self {
+        Payload::tokens(data, Vec::new())
+    }
+
+    /// A payload carrying `token_ids`.
+    pub fn tokens(data: String, token_ids: Vec<u32>) -> Self {
         Payload {
             data,
+            token_ids,
+            moved: None,
+        }
+    }
+
+    /// The end of the stream of a request that moved to `to`.
+    pub fn moved(to: MigratedTo) -> Self {
+        Payload {
+            data: String::new(),
             token_ids: Vec::new(),
+            moved: Some(to),
         }
     }
 }
 
-/// An SSE response of JSON payloads, ended by `[DONE]`; with `token_ids`, each event that
-/// carries tokens names them in a comment line.
+/// An SSE response of JSON payloads, ended by `[DONE]` (or, for a request that moved, by the
+/// comment naming where it went); with `token_ids`, each event that carries tokens names them
+/// in a comment line.
 pub fn sse_response(
     payloads: impl Stream<Item = Payload> + Send + 'static,
     token_ids: bool,
@@ -54,7 +74,11 @@ pub fn sse_response(
         .chain(futures::stream::once(async {
             Payload::plain("[DONE]".to_string())
         }))
-        .map(move |payload| event(&payload, token_ids));
+        .scan(false, move |moved, payload| {
+            let next = (!*moved).then(|| event(&payload, token_ids));
+            *moved |= payload.moved.is_some();
+            futures::future::ready(next)
+        });
     let mut response = Response::new(Body::from_stream(KeepAlive::new(events, KEEP_ALIVE)));
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -65,6 +89,9 @@ pub fn sse_response(
 /// The bytes of one event: the token-id comment if asked for, then a `data:` line for each line
 /// of the payload (JSON has none but the one).
 fn event(payload: &Payload, token_ids: bool) -> Bytes {
+    if let Some(to) = &payload.moved {
+        return Bytes::from(migrated_comment(&to.ticket, &to.destination));
+    }
     let ids = token_ids && !payload.token_ids.is_empty();
     let id_room = if ids {
         16 + 11 * payload.token_ids.len()
@@ -144,10 +171,7 @@ mod tests {
 
     #[test]
     fn events_carry_their_token_ids_when_asked() {
-        let payload = Payload {
-            data: r#"{"a":1}"#.into(),
-            token_ids: vec![7, 4294967295],
-        };
+        let payload = Payload::tokens(r#"{"a":1}"#.into(), vec![7, 4294967295]);
         assert_eq!(
             &event(&payload, true)[..],
             b": token_ids 7,4294967295\ndata: {\"a\":1}\n\n"

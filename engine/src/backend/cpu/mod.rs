@@ -252,6 +252,10 @@ impl Backend for CpuBackend {
         Ok(bytes)
     }
 
+    fn kv_block_bytes(&self) -> u64 {
+        (self.kv.block_len() * 4) as u64
+    }
+
     fn import_kv(&mut self, blocks: &[BlockId], bytes: &[u8]) -> Result<(), KvMoveError> {
         let block_bytes = self.kv.block_len() * 4;
         if bytes.len() != blocks.len() * block_bytes {

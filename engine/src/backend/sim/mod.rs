@@ -56,6 +56,7 @@ pub struct SimBackend {
     step_time: StepTimeModel,
     vocabulary: SimVocabulary,
     block_size: usize,
+    link: KvLink,
 }
 
 impl SimBackend {
@@ -66,7 +67,13 @@ impl SimBackend {
             step_time,
             vocabulary,
             block_size,
+            link: KvLink::default(),
         }
+    }
+
+    /// The same backend with KV transfers modelled over `link`.
+    pub fn with_link(self, link: KvLink) -> Self {
+        SimBackend { link, ..self }
     }
 }
 
@@ -74,6 +81,15 @@ impl Backend for SimBackend {
     /// No bytes: the simulated engine holds no KV; a [`KvLink`] says how long they would take.
     fn export_kv(&self, _blocks: &[BlockId]) -> Result<Vec<u8>, KvMoveError> {
         Ok(Vec::new())
+    }
+
+    /// What a block of the simulated model's shape holds.
+    fn kv_block_bytes(&self) -> u64 {
+        self.step_time.shape.kv_bytes_per_token() * self.block_size as u64
+    }
+
+    fn modeled_kv_link(&self) -> Option<KvLink> {
+        Some(self.link)
     }
 
     /// Takes the empty bytes [`SimBackend::export_kv`] sends.

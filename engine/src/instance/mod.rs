@@ -1,5 +1,10 @@
 //! One engine instance in real time: the core on its own task, fed by commands, stepping the
 //! backend, and publishing events, status snapshots, KV events, metrics and the trace log.
+//! Its side of live migration is in [`moves`].
+
+mod moves;
+
+pub use moves::{Attached, Exported, MoveFailure, Picked, Suspend, INCOMING_TIMEOUT, MAX_INCOMING};
 
 use crate::backend::{Backend, ModelOutput};
 use crate::batching::SeqId;
@@ -77,8 +82,10 @@ enum Command {
     Add {
         seq: NewSeq,
         events: mpsc::UnboundedSender<SeqEvent>,
+        follows_moves: bool,
         reply: oneshot::Sender<Result<SeqId, AddError>>,
     },
+    Move(moves::MoveCommand),
     Abort {
         seq: SeqId,
         reason: FinishReason,
@@ -111,6 +118,10 @@ pub struct Instance {
     pub generation_defaults: GenerationDefaults,
     /// Its metrics.
     pub metrics: Arc<EngineMetrics>,
+    /// Bytes of one KV block in its backend's layout (0: it cannot move KV).
+    pub kv_block_bytes: u64,
+    /// Its means to move requests to other engines.
+    pub(crate) mover: crate::mover::Mover,
     commands: mpsc::UnboundedSender<Command>,
     status: broadcast::Sender<Arc<EngineStatus>>,
     latest_status: watch::Receiver<Arc<EngineStatus>>,
@@ -150,6 +161,8 @@ impl Instance {
             chat_template: parts.chat_template,
             generation_defaults: parts.generation_defaults,
             metrics: metrics.clone(),
+            kv_block_bytes: parts.backend.kv_block_bytes(),
+            mover: crate::mover::Mover::default(),
             commands,
             status: status.clone(),
             latest_status,
@@ -168,6 +181,11 @@ impl Instance {
         });
         let driver = Driver {
             name: parts.info.name,
+            model_name: parts.info.model_name,
+            commands: instance.commands.downgrade(),
+            stepping: false,
+            deferred: Vec::new(),
+            moves: moves::Moves::default(),
             core,
             backend: Some(parts.backend),
             metrics,
@@ -184,15 +202,22 @@ impl Instance {
         instance
     }
 
-    /// Queues a sequence whose events go to `events`.
+    /// Queues a sequence whose events go to `events`; with `follows_moves` its client follows
+    /// it to another engine, so it may be moved.
     pub async fn add(
         &self,
         seq: NewSeq,
         events: mpsc::UnboundedSender<SeqEvent>,
+        follows_moves: bool,
     ) -> Result<SeqId, AddError> {
         let (reply, answer) = oneshot::channel();
         self.commands
-            .send(Command::Add { seq, events, reply })
+            .send(Command::Add {
+                seq,
+                events,
+                follows_moves,
+                reply,
+            })
             .map_err(|_| AddError::QueueFull)?;
         answer.await.unwrap_or(Err(AddError::QueueFull))
     }
@@ -273,6 +298,16 @@ impl Drop for InFlight {
 
 struct Driver {
     name: String,
+    model_name: String,
+    /// The instance's own command queue, for timers that come back to the driver (weak, so
+    /// that the queue closes when the instance goes).
+    commands: mpsc::WeakUnboundedSender<Command>,
+    /// Whether a step is under way (planned, not completed): move commands wait for its end.
+    stepping: bool,
+    /// Move commands that arrived during a step.
+    deferred: Vec<moves::MoveCommand>,
+    /// Moves under way.
+    moves: moves::Moves,
     core: EngineCore,
     /// The backend; lent to a blocking thread while a step runs there.
     backend: Option<Box<dyn Backend>>,
@@ -327,6 +362,7 @@ impl Driver {
                 }
                 continue;
             };
+            self.stepping = true;
             let Some((plan, output)) = self.execute(plan, &mut commands).await else {
                 return;
             };
@@ -344,7 +380,12 @@ impl Driver {
                 None => unix_now(),
             };
             let report = self.core.complete(plan, output, end);
+            self.stepping = false;
             self.deliver(report);
+            for cmd in std::mem::take(&mut self.deferred) {
+                self.handle_move(cmd);
+            }
+            self.flush_trace();
             back_to_back = true;
         }
     }
@@ -405,11 +446,19 @@ impl Driver {
 
     fn handle(&mut self, cmd: Command) {
         match cmd {
-            Command::Add { seq, events, reply } => {
+            Command::Add {
+                seq,
+                events,
+                follows_moves,
+                reply,
+            } => {
                 let result = self.core.add(seq, unix_now());
                 self.dirty |= result.is_ok();
                 if let Ok(id) = result {
                     self.routes.insert(id, events);
+                    if follows_moves {
+                        self.moves.following.insert(id);
+                    }
                     self.metrics.on_received();
                 }
                 if reply.send(result).is_err() {
@@ -427,6 +476,8 @@ impl Driver {
                     events: self.kv.subscribe(),
                 });
             }
+            Command::Move(cmd) if self.stepping => self.deferred.push(cmd),
+            Command::Move(cmd) => self.handle_move(cmd),
             Command::ResetPrefixCache => {
                 self.core.reset_prefix_cache();
                 self.dirty = true;
@@ -438,6 +489,7 @@ impl Driver {
     fn abort(&mut self, seq: SeqId, reason: FinishReason) {
         if let Some(finished) = self.core.abort(seq, reason, unix_now()) {
             self.dirty = true;
+            self.moves.forget(seq);
             self.metrics.on_finished(&finished);
             if let Some(route) = self.routes.remove(&seq) {
                 let _ = route.send(SeqEvent::Finished(finished));
@@ -460,7 +512,10 @@ impl Driver {
                         gone.push(id);
                     }
                 }
+                // The core never sends this one; the driver does, on a hand-over.
+                SeqEvent::Moved(..) => {}
                 SeqEvent::Finished(finished) => {
+                    self.moves.forget(finished.seq);
                     self.metrics.on_finished(&finished);
                     if let Some(route) = self.routes.remove(&finished.seq) {
                         let _ = route.send(SeqEvent::Finished(finished));

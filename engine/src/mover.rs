@@ -1,0 +1,306 @@
+//! The source's side of a live migration over HTTP (Llumnix's multi-stage copy): reserve room on
+//! the destination, copy the blocks computed so far while the request keeps decoding, again for
+//! what was added meanwhile, until at most a block is left (or [`MAX_STAGES`]); then suspend it,
+//! copy the rest, commit its sampling state, and end its stream naming the destination. Any
+//! failure gives the reservation back and lets the request run on here.
+//!
+//! The bytes travel as HTTP bodies of at most [`MAX_CHUNK_BYTES`], each with an XXH3-64 checksum
+//! the destination checks; one connection per destination is kept alive. A simulated backend
+//! sends no bytes and waits the time its [`KvLink`](crate::backend::sim::KvLink) says instead.
+//! A socket carries the bytes here; an RDMA transport (NIXL) would replace [`Peer`] alone.
+
+use crate::instance::{Exported, Instance, MoveFailure, Picked, Suspend};
+use crate::migration::{KvChunk, MovedSeq, MAX_STAGES};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use switchyard_protocol::migration::*;
+use switchyard_protocol::openai::ErrorResponse;
+use tokio::sync::Semaphore;
+
+/// Largest KV body one request carries.
+pub const MAX_CHUNK_BYTES: usize = 16 << 20;
+
+/// Moves out of one instance at a time; more wait their turn.
+pub const MOVES_OUT_AT_ONCE: usize = 2;
+
+/// How long one call to the destination may take before the move is given up (a stalled link).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An instance's means to move requests out.
+#[derive(Debug)]
+pub struct Mover {
+    client: reqwest::Client,
+    lanes: Semaphore,
+}
+
+impl Default for Mover {
+    fn default() -> Self {
+        let client = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .timeout(CALL_TIMEOUT)
+            .build()
+            .unwrap_or_default();
+        Mover {
+            client,
+            lanes: Semaphore::new(MOVES_OUT_AT_ONCE),
+        }
+    }
+}
+
+/// Moves what `ask` names from `instance` to its destination, one request after another, and
+/// says how each went.
+pub async fn migrate(instance: &Arc<Instance>, ask: &MigrateRequest) -> MigrateResponse {
+    let mut response = MigrateResponse::default();
+    let picked = instance
+        .pick_moves(ask.request_id.clone(), ask.requests)
+        .await;
+    if picked.is_empty() {
+        response.failed.push(FailedMigration {
+            request_id: ask.request_id.clone(),
+            reason: "no_request".into(),
+            message: "No running request here can move (past its prompt, its client follows \
+                      moves, not moving already)."
+                .into(),
+        });
+        return response;
+    }
+    let peer = Peer {
+        client: &instance.mover.client,
+        base: ask.destination.trim_end_matches('/'),
+    };
+    for p in picked {
+        let Ok(_lane) = instance.mover.lanes.acquire().await else {
+            break;
+        };
+        match move_one(instance, &peer, &p).await {
+            Ok(moved) => response.migrated.push(moved),
+            Err(failure) => {
+                instance.give_up_move(p.seq);
+                tracing::info!(
+                    "{}: moving {} to {} failed: {}",
+                    instance.info.name,
+                    p.request_id,
+                    peer.base,
+                    failure.message
+                );
+                response.failed.push(FailedMigration {
+                    request_id: Some(p.request_id),
+                    reason: failure.reason.into(),
+                    message: failure.message,
+                });
+            }
+        }
+    }
+    response
+}
+
+/// What a move has sent so far.
+#[derive(Default)]
+struct Sent {
+    stages: u32,
+    blocks: usize,
+    bytes: u64,
+}
+
+async fn move_one(
+    instance: &Arc<Instance>,
+    peer: &Peer<'_>,
+    p: &Picked,
+) -> Result<MigratedRequest, MoveFailure> {
+    if instance.kv_block_bytes == 0 {
+        return Err(MoveFailure::new(
+            "unsupported",
+            "this engine's backend cannot send KV to another engine yet",
+        ));
+    }
+    let ticket = peer
+        .reserve(&ReserveRequest {
+            request_id: p.request_id.clone(),
+            model: instance.info.model_name.clone(),
+            block_size: instance.info.block_size,
+            kv_block_bytes: instance.kv_block_bytes,
+            tokens: p.tokens + instance.info.block_size,
+        })
+        .await?;
+    let mut sent = Sent::default();
+    let mut suspended_at = None;
+    let copied = copy_and_commit(instance, peer, p, &ticket, &mut sent, &mut suspended_at).await;
+    if let Err(failure) = copied {
+        peer.cancel(&ticket).await;
+        return Err(failure);
+    }
+    let to = MigratedTo {
+        ticket: ticket.clone(),
+        destination: peer.base.to_string(),
+    };
+    if !instance.hand_over(p.seq, to).await {
+        peer.cancel(&ticket).await;
+        return Err(MoveFailure::new(
+            "finished",
+            "it ended before its hand-over",
+        ));
+    }
+    Ok(MigratedRequest {
+        request_id: p.request_id.clone(),
+        tokens: p.tokens,
+        stages: sent.stages,
+        blocks: sent.blocks,
+        bytes: sent.bytes,
+        suspended_ms: suspended_at.map_or(0.0, |t: Instant| t.elapsed().as_secs_f64() * 1000.0),
+    })
+}
+
+/// Runs the copy stages and the commit; `suspended_at` is set when the request stops here.
+async fn copy_and_commit(
+    instance: &Arc<Instance>,
+    peer: &Peer<'_>,
+    p: &Picked,
+    ticket: &str,
+    sent: &mut Sent,
+    suspended_at: &mut Option<Instant>,
+) -> Result<(), MoveFailure> {
+    let block_size = instance.info.block_size;
+    let chunk_blocks = (MAX_CHUNK_BYTES as u64 / instance.kv_block_bytes).max(1) as usize;
+    let mut copied = 0;
+    let mut from = 0;
+    loop {
+        sent.stages += 1;
+        let first = instance
+            .export_kv(
+                p.seq,
+                from,
+                chunk_blocks,
+                Suspend::IfRestWithin {
+                    copied,
+                    force: sent.stages >= MAX_STAGES,
+                },
+            )
+            .await?;
+        let stage_computed = first.computed;
+        let stage_end = first.blocks_computed;
+        let mut moved = first.moved.clone();
+        if moved.is_some() {
+            *suspended_at = Some(Instant::now());
+        }
+        let mut cursor = from + first.chunk.num_blocks;
+        send(peer, ticket, first, sent).await?;
+        while cursor < stage_end {
+            let suspend = if moved.is_some() {
+                Suspend::Yes
+            } else {
+                Suspend::No
+            };
+            let next = instance
+                .export_kv(p.seq, cursor, chunk_blocks.min(stage_end - cursor), suspend)
+                .await?;
+            if next.chunk.num_blocks == 0 {
+                break;
+            }
+            cursor += next.chunk.num_blocks;
+            moved = next.moved.clone().or(moved);
+            send(peer, ticket, next, sent).await?;
+        }
+        if let Some(moved) = moved {
+            return peer.commit(ticket, &moved).await;
+        }
+        copied = stage_computed;
+        from = stage_computed / block_size;
+    }
+}
+
+/// Sends one export's chunk, after the time a simulated link would take.
+async fn send(
+    peer: &Peer<'_>,
+    ticket: &str,
+    exported: Exported,
+    sent: &mut Sent,
+) -> Result<(), MoveFailure> {
+    if exported.modeled_seconds > 0.0 {
+        tokio::time::sleep(Duration::from_secs_f64(exported.modeled_seconds)).await;
+    }
+    if exported.chunk.num_blocks == 0 {
+        return Ok(());
+    }
+    sent.blocks += exported.chunk.num_blocks;
+    sent.bytes += exported.chunk.bytes.len() as u64;
+    peer.put_chunk(ticket, exported.chunk).await
+}
+
+/// The destination engine, over HTTP.
+struct Peer<'a> {
+    client: &'a reqwest::Client,
+    base: &'a str,
+}
+
+impl Peer<'_> {
+    fn url(&self, rest: &str) -> String {
+        format!("{}{INCOMING_MIGRATIONS_PATH}{rest}", self.base)
+    }
+
+    async fn reserve(&self, ask: &ReserveRequest) -> Result<String, MoveFailure> {
+        let response = self.client.post(self.url("")).json(ask).send().await;
+        let response = answered(response).await?;
+        response
+            .json::<ReserveResponse>()
+            .await
+            .map(|r| r.ticket)
+            .map_err(|e| MoveFailure::new("refused", format!("unreadable reservation: {e}")))
+    }
+
+    async fn put_chunk(&self, ticket: &str, chunk: KvChunk) -> Result<(), MoveFailure> {
+        let [first, blocks, checksum] = KV_CHUNK_HEADERS;
+        let response = self
+            .client
+            .put(self.url(&format!("/{ticket}/kv")))
+            .header(first, chunk.first_block)
+            .header(blocks, chunk.num_blocks)
+            .header(checksum, chunk.checksum)
+            .body(chunk.bytes)
+            .send()
+            .await;
+        answered(response).await.map(drop)
+    }
+
+    async fn commit(&self, ticket: &str, moved: &MovedSeq) -> Result<(), MoveFailure> {
+        let response = self
+            .client
+            .post(self.url(&format!("/{ticket}/commit")))
+            .json(moved)
+            .send()
+            .await;
+        answered(response).await.map(drop)
+    }
+
+    /// Gives the reservation back; a destination that cannot be told frees it on its own
+    /// after its timeout.
+    async fn cancel(&self, ticket: &str) {
+        let _ = self
+            .client
+            .delete(self.url(&format!("/{ticket}")))
+            .send()
+            .await;
+    }
+}
+
+/// A successful answer, or why the destination did not give one.
+async fn answered(
+    response: reqwest::Result<reqwest::Response>,
+) -> Result<reqwest::Response, MoveFailure> {
+    let response =
+        response.map_err(|e| MoveFailure::new("unreachable", format!("destination: {e}")))?;
+    if response.status().is_success() {
+        return Ok(response);
+    }
+    let status = response.status();
+    let error = response.json::<ErrorResponse>().await.ok();
+    let code = error.as_ref().and_then(|e| e.error.code.as_deref());
+    let reason = match code {
+        Some("no_room" | "too_many_moves") => "no_room",
+        _ => "refused",
+    };
+    let message = error.map_or_else(|| status.to_string(), |e| e.error.message);
+    Err(MoveFailure::new(
+        reason,
+        format!("the destination answered {status}: {message}"),
+    ))
+}
