@@ -224,7 +224,7 @@ impl GatewayMetrics {
             )?,
             continuations: counter(
                 "request_stream_continuation_total",
-                "Broken streams resumed on another instance, or not (outcome resumed or failed).",
+                "Streams continued on another instance: broken ones resumed (resumed) or not (failed), moved ones followed (migrated).",
                 &["model", "outcome"],
             )?,
             mirrors: counter(
@@ -329,7 +329,8 @@ impl GatewayMetrics {
         self.fallback_after_429.with_label_values(&[model]).inc();
     }
 
-    /// A broken stream was resumed (`resumed`) or ended with an error (`failed`).
+    /// A broken stream was resumed (`resumed`) or ended with an error (`failed`), or a moved
+    /// request was followed to its new engine (`migrated`).
     pub fn on_continuation(&self, model: &str, outcome: &str) {
         self.continuations
             .with_label_values(&[model, outcome])

@@ -117,7 +117,7 @@ pub(super) enum MoveCommand {
     },
     Commit {
         ticket: String,
-        moved: MovedSeq,
+        moved: Box<MovedSeq>,
         reply: oneshot::Sender<Result<(), ApiError>>,
     },
     Cancel {
@@ -243,7 +243,7 @@ impl Instance {
     pub async fn commit_move(&self, ticket: String, moved: MovedSeq) -> Result<(), ApiError> {
         self.ask(|reply| MoveCommand::Commit {
             ticket,
-            moved,
+            moved: Box::new(moved),
             reply,
         })
         .await
@@ -327,7 +327,7 @@ impl Driver {
                 moved,
                 reply,
             } => {
-                let _ = reply.send(self.commit(ticket, moved));
+                let _ = reply.send(self.commit(ticket, *moved));
             }
             MoveCommand::Cancel { ticket } => {
                 if let Some(reservation) = self.moves.incoming.remove(&ticket) {

@@ -3,6 +3,9 @@
 //! stream breaks, the request resumes on another instance with the prompt plus the tokens
 //! already generated, asking only for what is left; the client sees one stream (exact for
 //! greedy decoding). When nothing can resume it, a stream ends with an error event and `[DONE]`.
+//! When an engine moves a request to another engine (live migration), its stream ends naming
+//! the destination and a ticket, and the session continues from the destination's stream, where
+//! the request goes on exactly as it would have (its KV and sampling state moved with it).
 
 use crate::metrics::GatewayMetrics;
 use crate::relay::assemble::Assembler;
@@ -19,6 +22,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_http::sse::SseSplitter;
+use switchyard_protocol::migration::MigratedTo;
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{EngineKind, Observed};
 use switchyard_text::tokenizer::Tokenizer;
@@ -55,6 +59,10 @@ pub struct Session {
     splitter: SseSplitter,
     instance: String,
     kind: Option<EngineKind>,
+    /// The pool model the answer comes from (`None` from an external endpoint).
+    pool_model: Option<String>,
+    /// Set when the engine said the request moved: where to continue.
+    follow: Option<MigratedTo>,
     release: Option<ReleaseOnDrop>,
     resume: Option<ResumeWith>,
     resumes: u32,
@@ -107,6 +115,8 @@ impl Session {
             splitter: SseSplitter::default(),
             instance: opened.instance.clone(),
             kind: opened.kind,
+            pool_model: opened.pool_model,
+            follow: None,
             excluded: vec![opened.instance],
             release: opened.release,
             resume,
@@ -147,6 +157,10 @@ impl Session {
                 return Some(Step::Done);
             }
             self.generated.extend_from_slice(&event.token_ids);
+            if let Some(to) = event.migrated {
+                self.follow = Some(to);
+                return None;
+            }
             let Some(data) = event.data else { continue };
             let Some(data) = self.rewrite_resumed(data) else {
                 continue;
@@ -187,6 +201,12 @@ impl Session {
         loop {
             if let Some(step) = self.ready() {
                 return step;
+            }
+            if let Some(to) = self.follow.take() {
+                if let Err(e) = self.follow_move(to).await {
+                    return Step::Failed(e);
+                }
+                continue;
             }
             let due = self.due();
             if due < self.alarm.deadline() {
@@ -320,6 +340,66 @@ impl Session {
         self.kind = opened.kind;
         self.body = opened.response.body;
         self.release = opened.release;
+        self.held = self.held_back_text();
+        Ok(())
+    }
+
+    /// Continues the answer on the engine the request moved to; if that fails, resumes it
+    /// elsewhere by recomputation, as a broken stream.
+    async fn follow_move(&mut self, to: MigratedTo) -> Result<(), ApiError> {
+        let opened = match (&self.pool_model, self.upstream.prompt()) {
+            (Some(model), Some(_)) => {
+                let resume = Resume {
+                    generated: &self.generated,
+                };
+                let body = self
+                    .upstream
+                    .for_pool(model, EngineKind::Switchyard, Some(resume));
+                self.opener
+                    .open_moved(
+                        &to.destination,
+                        &to.ticket,
+                        &self.upstream,
+                        &self.request_id,
+                        body,
+                    )
+                    .await
+            }
+            _ => Err(std::io::Error::other(
+                "the request cannot continue from its tokens",
+            )),
+        };
+        let from = std::mem::replace(&mut self.instance, to.destination.clone());
+        self.excluded.push(to.destination.clone());
+        let answer = match opened {
+            Ok(answer) if answer.is_success() => answer,
+            Ok(answer) => {
+                let why = format!(
+                    "{from} moved the request to {} and that answered {} to its continuation",
+                    to.destination, answer.status
+                );
+                return self.resume_elsewhere(&why).await;
+            }
+            Err(e) => {
+                let why = format!(
+                    "{from} moved the request to {}, which could not be reached: {e}",
+                    to.destination
+                );
+                return self.resume_elsewhere(&why).await;
+            }
+        };
+        tracing::info!(
+            "{}: moved from {from} to {} after {} tokens",
+            self.request_id,
+            to.destination,
+            self.generated.len()
+        );
+        self.metrics.on_continuation(&self.label, "migrated");
+        self.splitter = SseSplitter::default();
+        self.resumed_after = Some(self.generated.len());
+        self.kind = Some(EngineKind::Switchyard);
+        self.body = answer.body;
+        self.last_heard = tokio::time::Instant::now();
         self.held = self.held_back_text();
         Ok(())
     }

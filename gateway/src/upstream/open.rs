@@ -18,6 +18,7 @@ use crate::upstream::scheduler_client::SchedulerClient;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use switchyard_protocol::migration::{FOLLOW_MIGRATION_HEADER, MIGRATION_TICKET_HEADER};
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{EngineKind, Observed, ScheduleDecision, ScheduleRequest};
 use tokio::sync::Semaphore;
@@ -321,7 +322,7 @@ impl Opener {
             alarm.as_mut().reset(first_byte_by);
             let outcome = tokio::select! {
                 biased;
-                sent = self.send_to_instance(&decision, ask.upstream.route().path(), ask.request_id, body) => match sent {
+                sent = self.send_to_instance(&decision, ask.upstream, ask.request_id, body) => match sent {
                     Ok(answer) => TryOutcome::Answered(answer),
                     Err(e) => TryOutcome::Unreachable(e),
                 },
@@ -381,27 +382,71 @@ impl Opener {
         }
     }
 
-    /// Sends a pool request to the instance `decision` chose: by a call to an engine in this
-    /// process, over HTTP/2 to a switchyard engine when the settings ask for it, with reqwest to
-    /// an `https` one, else over the lean HTTP/1.1 client.
+    /// Sends a pool request to the instance `decision` chose. A switchyard engine is asked for
+    /// token ids, and told the gateway follows the request if it moves (when it could resume it).
     async fn send_to_instance(
         &self,
         decision: &ScheduleDecision,
-        path: &str,
+        upstream: &UpstreamRequest,
         request_id: &str,
         body: bytes::Bytes,
     ) -> std::io::Result<Answer> {
+        let path = upstream.route().path();
         let switchyard = decision.kind == EngineKind::Switchyard;
         let all = [
             ("content-type", "application/json"),
             ("x-request-id", request_id),
             (switchyard_protocol::TOKEN_IDS_HEADER, "1"),
+            (FOLLOW_MIGRATION_HEADER, "1"),
         ];
-        let headers = if switchyard { &all[..] } else { &all[..2] };
-        if let Some(engine) = self.local.get(&decision.endpoint) {
+        let headers = match (switchyard, upstream.resumable()) {
+            (true, true) => &all[..],
+            (true, false) => &all[..3],
+            (false, _) => &all[..2],
+        };
+        self.post_to(&decision.endpoint, switchyard, path, headers, body)
+            .await
+    }
+
+    /// Opens the rest of a request's answer on the switchyard engine at `endpoint`, where it
+    /// moved under `ticket`; `body` is the request continued from the tokens already relayed.
+    pub async fn open_moved(
+        &self,
+        endpoint: &str,
+        ticket: &str,
+        upstream: &UpstreamRequest,
+        request_id: &str,
+        body: bytes::Bytes,
+    ) -> std::io::Result<Answer> {
+        let headers = [
+            ("content-type", "application/json"),
+            ("x-request-id", request_id),
+            (switchyard_protocol::TOKEN_IDS_HEADER, "1"),
+            (FOLLOW_MIGRATION_HEADER, "1"),
+            (MIGRATION_TICKET_HEADER, ticket),
+        ];
+        let path = upstream.route().path();
+        let sent = self.post_to(endpoint, true, path, &headers, body);
+        tokio::time::timeout(self.retry.first_byte_timeout, sent)
+            .await
+            .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+    }
+
+    /// POSTs to an instance at `endpoint`: by a call to an engine in this process, over HTTP/2
+    /// to a switchyard engine when the settings ask for it, with reqwest to an `https` one, else
+    /// over the lean HTTP/1.1 client.
+    async fn post_to(
+        &self,
+        endpoint: &str,
+        switchyard: bool,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: bytes::Bytes,
+    ) -> std::io::Result<Answer> {
+        if let Some(engine) = self.local.get(endpoint) {
             return post_local(engine, path, headers, body).await;
         }
-        let url = format!("{}{}", decision.endpoint, path);
+        let url = format!("{endpoint}{path}");
         if switchyard && self.settings.engine_http2 {
             post_with_reqwest(&self.engine_http2_client, &url, headers, body).await
         } else if url.starts_with("http://") {

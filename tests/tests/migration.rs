@@ -1,0 +1,341 @@
+//! Live migration between engine processes, through a gateway: a request moved mid-stream (its
+//! KV copied in stages, its sampling state handed over) streams exactly what an unmoved one does,
+//! token for token and in its logprobs, on the CPU backend with real KV bytes and on simulated
+//! engines; a move that cannot happen (no destination, a stalled one, a client that cannot
+//! follow) leaves the request where it was, whole; bad migration input is refused.
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use switchyard_tests::{metric_value, metrics_text, until_completing, until_schedulable, Process};
+
+/// Two single-instance engine processes with `args`, a scheduler and a gateway over them.
+async fn cluster(args: &[&str]) -> (Vec<Process>, Process, Process) {
+    let engines = vec![
+        Process::engine(1, args).await,
+        Process::engine(1, args).await,
+    ];
+    let instances = format!("{},{}", engines[0].url(0), engines[1].url(0));
+    let scheduler = Process::scheduler(&["--instances", &instances]).await;
+    let gateway = Process::gateway(&["--scheduler", &scheduler.url(0)]).await;
+    until_schedulable(&reqwest::Client::new(), &scheduler.url(0), 2).await;
+    until_completing(&gateway.url(0)).await;
+    (engines, scheduler, gateway)
+}
+
+const CPU: &[&str] = &["--backend", "cpu"];
+
+/// What a streamed answer came to: its text, each token's logprob, its usage, and whether it
+/// ended with `[DONE]`.
+#[derive(Debug, PartialEq)]
+struct Streamed {
+    text: String,
+    logprobs: Vec<f64>,
+    usage: Option<Value>,
+    done: bool,
+}
+
+fn read_stream(text: &str) -> Streamed {
+    let mut out = Streamed {
+        text: String::new(),
+        logprobs: Vec::new(),
+        usage: None,
+        done: false,
+    };
+    for data in text.split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
+        if data == "[DONE]" {
+            out.done = true;
+            continue;
+        }
+        let chunk: Value = serde_json::from_str(data).unwrap();
+        assert!(chunk.get("error").is_none(), "{data}");
+        let choice = &chunk["choices"][0];
+        if let Some(t) = choice["text"].as_str() {
+            out.text.push_str(t);
+        }
+        if let Some(t) = choice["delta"]["content"].as_str() {
+            out.text.push_str(t);
+        }
+        if let Some(lps) = choice["logprobs"]["token_logprobs"].as_array() {
+            out.logprobs.extend(lps.iter().map(|v| v.as_f64().unwrap()));
+        }
+        if !chunk["usage"].is_null() {
+            out.usage = Some(chunk["usage"].clone());
+        }
+    }
+    out
+}
+
+/// Which of `engines` the gateway's answer came from, and the other one.
+fn serving(engines: &[Process], response: &reqwest::Response) -> (usize, usize) {
+    let serving = response.headers()["x-switchyard-instance"]
+        .to_str()
+        .unwrap();
+    let i = engines
+        .iter()
+        .position(|e| e.url(0) == serving)
+        .expect("the answer names its engine");
+    (i, 1 - i)
+}
+
+/// Streams `request` through the gateway as `id`; once `after` events arrived, asks its engine
+/// to move it to `destination` (the other engine when `None`). The text of the whole stream and
+/// the migration's answer.
+async fn stream_moving(
+    gateway: &Process,
+    engines: &[Process],
+    path: &str,
+    request: &Value,
+    id: &str,
+    destination: Option<&str>,
+) -> (String, Value) {
+    let client = reqwest::Client::new();
+    let response = client
+        .post(format!("{}{path}", gateway.url(0)))
+        .header("x-request-id", id)
+        .json(request)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{:?}", response.headers());
+    let (source, other) = serving(engines, &response);
+    let mut body = response.bytes_stream();
+    let mut text = String::new();
+    while text.matches("data: ").count() < 20 {
+        text.push_str(std::str::from_utf8(&body.next().await.unwrap().unwrap()).unwrap());
+    }
+    let destination = destination.map_or_else(|| engines[other].url(0), str::to_string);
+    let moved: Value = client
+        .post(format!("{}/v1/migrations", engines[source].url(0)))
+        .json(&json!({"destination": destination, "request_id": id}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    while let Some(piece) = body.next().await {
+        text.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
+    }
+    (text, moved)
+}
+
+async fn stream_whole(gateway: &Process, path: &str, request: &Value) -> String {
+    reqwest::Client::new()
+        .post(format!("{}{path}", gateway.url(0)))
+        .json(request)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_request_moved_mid_stream_streams_what_an_unmoved_one_does() {
+    let (engines, _scheduler, gateway) = cluster(CPU).await;
+    let client = reqwest::Client::new();
+    for request in [
+        json!({"prompt": "The quick brown fox", "max_tokens": 400, "ignore_eos": true,
+            "temperature": 0.8, "seed": 11, "logprobs": 2, "stream": true,
+            "stream_options": {"include_usage": true}}),
+        json!({"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": true,
+            "temperature": 0, "logprobs": 1, "stream": true,
+            "stream_options": {"include_usage": true}}),
+    ] {
+        let unmoved = read_stream(&stream_whole(&gateway, "/v1/completions", &request).await);
+        let id = format!("moved-{}", request["seed"]);
+        let (text, answer) =
+            stream_moving(&gateway, &engines, "/v1/completions", &request, &id, None).await;
+        assert_eq!(answer["failed"], json!([]), "{answer}");
+        let moved = &answer["migrated"][0];
+        assert_eq!(moved["request_id"], id.as_str(), "{answer}");
+        assert!(
+            moved["bytes"].as_u64().unwrap() > 0,
+            "real KV bytes: {answer}"
+        );
+        assert!(moved["stages"].as_u64().unwrap() >= 1, "{answer}");
+        let streamed = read_stream(&text);
+        assert!(streamed.done, "{text}");
+        assert_eq!(streamed.text, unmoved.text, "the same text");
+        assert_eq!(streamed.logprobs, unmoved.logprobs, "the same logprobs");
+        assert_eq!(streamed.usage, unmoved.usage, "the same usage");
+        assert!(
+            !text.contains(": migrated"),
+            "the client never sees the move"
+        );
+    }
+    let metrics = metrics_text(&client, &gateway.url(0)).await;
+    let model = "switchyard-builtin";
+    assert_eq!(
+        metric_value(
+            &metrics,
+            &format!("request_stream_continuation_total{{model=\"{model}\",outcome=\"migrated\"}}")
+        ),
+        2.0,
+        "{metrics}"
+    );
+    let moved_bytes = |direction: &str, text: &str| {
+        metric_value(
+            text,
+            &format!("vllm:kv_transfer_bytes_total{{direction=\"{direction}\",engine=\"0\",model_name=\"{model}\"}}"),
+        )
+    };
+    let mut sent = 0.0;
+    let mut received = 0.0;
+    for engine in &engines {
+        let text = metrics_text(&client, &engine.url(0)).await;
+        sent += moved_bytes("out", &text);
+        received += moved_bytes("in", &text);
+    }
+    assert!(
+        sent > 0.0 && sent == received,
+        "sent {sent}, received {received}"
+    );
+}
+
+#[tokio::test]
+async fn a_moved_chat_stream_and_a_moved_simulated_request_lose_nothing() {
+    let (engines, _scheduler, gateway) = cluster(&["--sim-time-scale", "1"]).await;
+    let request = json!({"messages": [{"role": "user", "content": "Tell me a story."}],
+        "max_tokens": 300, "ignore_eos": true, "temperature": 0, "stream": true,
+        "stream_options": {"include_usage": true}});
+    let unmoved = read_stream(&stream_whole(&gateway, "/v1/chat/completions", &request).await);
+    let (text, answer) = stream_moving(
+        &gateway,
+        &engines,
+        "/v1/chat/completions",
+        &request,
+        "chat-moved",
+        None,
+    )
+    .await;
+    assert_eq!(
+        answer["migrated"][0]["request_id"], "chat-moved",
+        "{answer}"
+    );
+    assert_eq!(
+        answer["migrated"][0]["bytes"], 0,
+        "a simulated engine sends no bytes"
+    );
+    let streamed = read_stream(&text);
+    assert!(streamed.done, "{text}");
+    assert_eq!(streamed.text, unmoved.text);
+    assert_eq!(streamed.usage, unmoved.usage);
+    assert_eq!(
+        text.matches("\"role\":\"assistant\"").count(),
+        1,
+        "one opening chunk: {text}"
+    );
+}
+
+#[tokio::test]
+async fn a_move_that_cannot_happen_leaves_the_request_whole_where_it_was() {
+    let (engines, _scheduler, gateway) = cluster(CPU).await;
+    let request = json!({"prompt": "Stay here", "max_tokens": 300, "ignore_eos": true,
+        "temperature": 0.7, "seed": 5, "logprobs": 1, "stream": true});
+    let unmoved = read_stream(&stream_whole(&gateway, "/v1/completions", &request).await);
+    // Nothing listens there: the reservation cannot be made.
+    let nowhere = format!("http://127.0.0.1:{}", switchyard_tests::free_ports(1));
+    let (text, answer) = stream_moving(
+        &gateway,
+        &engines,
+        "/v1/completions",
+        &request,
+        "stays",
+        Some(&nowhere),
+    )
+    .await;
+    assert_eq!(answer["migrated"], json!([]), "{answer}");
+    assert_eq!(answer["failed"][0]["reason"], "unreachable", "{answer}");
+    let streamed = read_stream(&text);
+    assert!(streamed.done);
+    assert_eq!(streamed.text, unmoved.text);
+    assert_eq!(streamed.logprobs, unmoved.logprobs);
+
+    // A client talking to an engine directly cannot follow a move: its request is not moved.
+    let client = reqwest::Client::new();
+    let direct = client
+        .post(format!("{}/v1/completions", engines[0].url(0)))
+        .header("x-request-id", "direct")
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    let mut body = direct.bytes_stream();
+    body.next().await.unwrap().unwrap();
+    let answer: Value = client
+        .post(format!("{}/v1/migrations", engines[0].url(0)))
+        .json(&json!({"destination": engines[1].url(0), "request_id": "direct"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["failed"][0]["reason"], "no_request", "{answer}");
+    let mut rest = String::new();
+    while let Some(piece) = body.next().await {
+        rest.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
+    }
+    assert!(rest.ends_with("data: [DONE]\n\n"), "{rest}");
+}
+
+#[tokio::test]
+async fn bad_migration_input_is_refused_and_changes_nothing() {
+    let engine = Process::engine(1, CPU).await;
+    let client = reqwest::Client::new();
+    let base = engine.url(0);
+    let post = |path: &str, body: Value| client.post(format!("{base}{path}")).json(&body).send();
+    for (body, param) in [
+        (json!({"destination": "ftp://x"}), "destination"),
+        (json!({"destination": "not a url"}), "destination"),
+        (
+            json!({"destination": "http://127.0.0.1:1", "requests": 0}),
+            "requests",
+        ),
+    ] {
+        let response = post("/v1/migrations", body).await.unwrap();
+        assert_eq!(response.status(), 400);
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["param"], param, "{error}");
+    }
+    let unknown = post("/v1/migrations", json!({"destination": base, "oops": 1}))
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 400);
+
+    // A reservation for another model, and chunks for tickets never given.
+    let other = post(
+        "/internal/migrations",
+        json!({"request_id": "r", "model": "other", "block_size": 16,
+            "kv_block_bytes": 1, "tokens": 16}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(other.status(), 400);
+    let error: Value = other.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "shape_mismatch", "{error}");
+    let chunk = client
+        .put(format!("{base}/internal/migrations/nope/kv"))
+        .header("x-switchyard-kv-first-block", "0")
+        .header("x-switchyard-kv-blocks", "1")
+        .header("x-switchyard-kv-checksum", "1")
+        .body(vec![0u8; 8])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(chunk.status(), 400, "a checksum that does not match");
+    let commit = post("/internal/migrations/nope/commit", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(commit.status(), 400, "not a moved request");
+    let text = metrics_text(&client, &base).await;
+    assert_eq!(
+        metric_value(
+            &text,
+            "vllm:num_requests_running{engine=\"0\",model_name=\"switchyard-builtin\"}"
+        ),
+        0.0
+    );
+}
