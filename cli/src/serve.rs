@@ -13,9 +13,11 @@ use switchyard_gateway::launcher::GatewayFlags;
 use switchyard_gateway::shared::ServedModel;
 use switchyard_gateway::upstream::local::LocalEngines;
 use switchyard_gateway::upstream::scheduler_client::SchedulerClient;
-use switchyard_scheduler::launcher::SloFlags;
+use switchyard_scheduler::launcher::{ReschedulingFlags, SloFlags};
 use switchyard_scheduler::policy::Policy;
-use switchyard_scheduler::service::{run_discovery, Discovery, FollowSettings, SchedulerService};
+use switchyard_scheduler::service::{
+    drain_router, run_discovery, Discovery, FollowSettings, SchedulerService,
+};
 use switchyard_scheduler::{Scheduler, SchedulerConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -41,6 +43,9 @@ pub struct ServeArgs {
     /// The predictive policy's objectives.
     #[command(flatten)]
     pub slo: SloFlags,
+    /// When to move running requests between the engines.
+    #[command(flatten)]
+    pub rescheduling: ReschedulingFlags,
     /// Routing, retries, deadlines, keys, rates and concurrency at the gateway.
     #[command(flatten)]
     pub gateway: GatewayFlags,
@@ -117,6 +122,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             kv_events: None,
         },
     ));
+    args.rescheduling.start(&scheduler);
+    let draining = drain_router(scheduler.clone(), args.gateway.admin.admin_key.clone());
     let ticking = scheduler.clone();
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(Duration::from_secs(1));
@@ -147,7 +154,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     );
     let mut gateway_stop = stop_rx.clone();
     let front = tokio::spawn(async move {
-        let routes = router(gateway, args.engine.max_body_bytes);
+        let routes = router(gateway, args.engine.max_body_bytes).merge(draining);
         switchyard_http::serve(
             listener,
             routes,

@@ -107,6 +107,7 @@ async fn move_one(
     peer: &Peer<'_>,
     p: &Picked,
 ) -> Result<MigratedRequest, MoveFailure> {
+    let started = Instant::now();
     if instance.kv_block_bytes == 0 {
         return Err(MoveFailure::new(
             "unsupported",
@@ -147,6 +148,7 @@ async fn move_one(
         blocks: sent.blocks,
         bytes: sent.bytes,
         suspended_ms: suspended_at.map_or(0.0, |t: Instant| t.elapsed().as_secs_f64() * 1000.0),
+        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
     })
 }
 

@@ -111,6 +111,8 @@ pub struct MigratedRequest {
     pub bytes: u64,
     /// How long it was suspended: from its last step on the source to its hand-over.
     pub suspended_ms: f64,
+    /// How long the whole move took, from the reservation to the hand-over.
+    pub duration_ms: f64,
 }
 
 /// One move that failed.

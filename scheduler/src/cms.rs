@@ -39,12 +39,18 @@ pub struct InstanceState {
     pub reachable: bool,
     /// Its recent share of time spent on prefill.
     pub pressure: PrefillPressure,
+    /// Whether it is being emptied (no placements, everything running moves away).
+    pub draining: bool,
 }
 
 impl InstanceState {
-    /// Whether it may take requests at `now`: reachable and with a status younger than `staleness`.
+    /// Whether it may take requests at `now`: reachable, not draining, and with a status younger
+    /// than `staleness`.
     pub fn schedulable(&self, now: f64, staleness: f64) -> bool {
-        self.reachable && self.status.is_some() && now - self.status_time <= staleness
+        self.reachable
+            && !self.draining
+            && self.status.is_some()
+            && now - self.status_time <= staleness
     }
 }
 
@@ -77,6 +83,7 @@ impl Cms {
                 status_time: f64::NEG_INFINITY,
                 reachable: true,
                 pressure: PrefillPressure::default(),
+                draining: false,
             },
         );
         slot
@@ -110,6 +117,14 @@ impl Cms {
         if let Some(state) = self.instances.get_mut(id) {
             state.reachable = false;
         }
+    }
+
+    /// Marks an instance draining (or not); false when it is unknown.
+    pub fn set_draining(&mut self, id: &str, draining: bool) -> bool {
+        self.instances
+            .get_mut(id)
+            .map(|state| state.draining = draining)
+            .is_some()
     }
 
     /// An instance.

@@ -2,9 +2,11 @@
 //! a static list, a DNS name or a file names.
 
 use crate::policy::Policy;
+use crate::rescheduler::ReschedulerConfig;
 use crate::score::Slos;
 use crate::service::{
-    first_statuses, parse_entry, router, run_discovery, Discovery, FollowSettings, SchedulerService,
+    first_statuses, parse_entry, router, run_discovery, run_rescheduler, Discovery, FollowSettings,
+    SchedulerService,
 };
 use crate::{Scheduler, SchedulerConfig};
 use anyhow::Context;
@@ -91,9 +93,39 @@ pub struct SchedulerArgs {
     /// Seed of the tie-breaking draws.
     #[arg(long, env = "SWITCHYARD_SCHEDULER_SEED", default_value_t = 0)]
     pub seed: u64,
+    /// When to move running requests between instances.
+    #[command(flatten)]
+    pub rescheduling: ReschedulingFlags,
     /// The key of the admin endpoints.
     #[command(flatten)]
     pub admin: AdminArgs,
+}
+
+/// Live migration's rescheduler, shared by `scheduler` and `serve` (`sim` has its own
+/// `--rescheduling`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReschedulingFlags {
+    /// Run the rescheduler: move running requests, with their KV, from crowded instances to
+    /// free ones (Llumnix's migration; switchyard engines only). Off by default until it helps
+    /// on every workload of the policy suite (BENCHMARKS.md).
+    #[arg(long, env = "SWITCHYARD_RESCHEDULING")]
+    pub rescheduling: bool,
+    /// Seconds between the rescheduler's rounds.
+    #[arg(long, env = "SWITCHYARD_RESCHEDULING_INTERVAL", default_value = "0.1")]
+    pub rescheduling_interval: Positive,
+}
+
+impl ReschedulingFlags {
+    /// Starts the rescheduler over `service` if the flags ask for it.
+    pub fn start(&self, service: &Arc<SchedulerService>) {
+        if self.rescheduling {
+            let config = ReschedulerConfig {
+                interval: self.rescheduling_interval.get(),
+                ..Default::default()
+            };
+            tokio::spawn(run_rescheduler(service.clone(), config));
+        }
+    }
 }
 
 impl SchedulerArgs {
@@ -256,6 +288,7 @@ pub async fn run(
         settings,
     ));
     first_statuses(&service, &client, &discovery, args.startup_wait.duration()).await;
+    args.rescheduling.start(&service);
     let addr = format!("{}:{}", args.host, args.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await

@@ -26,7 +26,7 @@
 //! already moving a request, in or out, sit the round out. Which request moves is the engine's
 //! choice (the cheapest to copy).
 
-use crate::cms::Cms;
+use crate::cms::{Cms, InstanceState};
 use std::collections::HashSet;
 use switchyard_protocol::engine_state::EngineStatus;
 
@@ -63,6 +63,8 @@ pub enum MoveReason {
     Balance,
     /// Its instance has prompts to compute that would slow each of its tokens.
     Interference,
+    /// Its instance is being emptied.
+    Drain,
 }
 
 impl MoveReason {
@@ -72,6 +74,7 @@ impl MoveReason {
             MoveReason::Room => "room",
             MoveReason::Balance => "load_balance",
             MoveReason::Interference => "interference",
+            MoveReason::Drain => "drain",
         }
     }
 }
@@ -191,6 +194,29 @@ pub fn plan_moves(
         }
     }
     moves
+}
+
+/// Where a request leaving `from` goes at `now`: the freest schedulable instance of its model
+/// with room for one of its requests, if any.
+pub fn destination_for<'c>(
+    cms: &'c Cms,
+    from: &str,
+    now: f64,
+    staleness: f64,
+) -> Option<&'c InstanceState> {
+    let source = cms.get(from)?;
+    let moved = source
+        .status
+        .as_ref()
+        .and_then(Load::of)
+        .map_or(0.0, |l| l.mean_request);
+    cms.iter()
+        .filter(|s| s.meta.id != from && s.meta.model == source.meta.model)
+        .filter(|s| s.schedulable(now, staleness))
+        .filter_map(|s| Some((s, s.status.as_ref().and_then(Load::of)?)))
+        .filter(|(_, load)| !load.short && load.room >= moved)
+        .max_by(|a, b| a.1.freeness().total_cmp(&b.1.freeness()))
+        .map(|(s, _)| s)
 }
 
 fn order(from: &str, to: &str, reason: MoveReason) -> MoveOrder {

@@ -201,6 +201,17 @@ impl Scheduler {
         self.cms.get(id)
     }
 
+    /// Stops (or resumes) placing on instance `id`; false when it is unknown.
+    pub fn set_draining(&mut self, id: &str, draining: bool) -> bool {
+        self.cms.set_draining(id, draining)
+    }
+
+    /// The instance of the same model as `from` that a request leaving `from` should go to at
+    /// `now` (see [`crate::rescheduler::destination_for`]).
+    pub fn destination_for(&self, from: &str, now: f64) -> Option<&InstanceState> {
+        crate::rescheduler::destination_for(&self.cms, from, now, self.config.staleness)
+    }
+
     /// The moves of one rescheduling round at `now` (see [`crate::rescheduler`]); instances
     /// in `busy` are already moving a request.
     pub fn plan_moves(

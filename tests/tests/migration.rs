@@ -339,3 +339,78 @@ async fn bad_migration_input_is_refused_and_changes_nothing() {
         0.0
     );
 }
+
+#[tokio::test]
+async fn a_drained_engine_hands_every_running_request_over_and_none_is_lost() {
+    let (engines, scheduler, gateway) = cluster(&["--sim-time-scale", "1"]).await;
+    let client = reqwest::Client::new();
+    let request = json!({"prompt": "Drain me", "max_tokens": 300, "ignore_eos": true,
+        "temperature": 0, "stream": true, "stream_options": {"include_usage": true}});
+    let mut streams = Vec::new();
+    for _ in 0..32 {
+        let response = client
+            .post(format!("{}/v1/completions", gateway.url(0)))
+            .json(&request)
+            .send()
+            .await
+            .unwrap();
+        let mut body = response.bytes_stream();
+        let first = body.next().await.unwrap().unwrap();
+        streams.push(tokio::spawn(async move {
+            let mut text = String::from_utf8(first.to_vec()).unwrap();
+            while let Some(piece) = body.next().await {
+                text.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
+            }
+            text
+        }));
+    }
+    let running = |text: &str| {
+        metric_value(
+            text,
+            "vllm:num_requests_running{engine=\"0\",model_name=\"qwen3-0.6b\"}",
+        )
+    };
+    let before = running(&metrics_text(&client, &engines[0].url(0)).await);
+    assert!(before > 0.0, "requests run on the engine to drain");
+    let report: Value = client
+        .post(format!("{}/v1/instances/drain", scheduler.url(0)))
+        .json(&json!({"instance": engines[0].url(0), "timeout_s": 30}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(report["remaining"], 0, "{report}");
+    assert_eq!(report["failed"], 0, "{report}");
+    assert_eq!(report["recomputed"], 0, "{report}");
+    assert!(report["migrated"].as_u64().unwrap() >= 1, "{report}");
+    assert_eq!(
+        running(&metrics_text(&client, &engines[0].url(0)).await),
+        0.0
+    );
+    let expected = read_stream(&stream_whole(&gateway, "/v1/completions", &request).await);
+    for stream in streams {
+        let streamed = read_stream(&stream.await.unwrap());
+        assert!(streamed.done);
+        assert_eq!(streamed.text, expected.text, "every request whole");
+        assert_eq!(streamed.usage, expected.usage);
+    }
+    let metrics = metrics_text(&client, &scheduler.url(0)).await;
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "scheduler_rescheduling_total{order=\"SR\",rule=\"drain\"}"
+        ),
+        report["migrated"].as_f64().unwrap(),
+        "{metrics}"
+    );
+    let placed_after = client
+        .post(format!("{}/v1/completions", gateway.url(0)))
+        .json(&json!({"prompt": "after", "max_tokens": 2}))
+        .send()
+        .await
+        .unwrap();
+    let (i, _) = serving(&engines, &placed_after);
+    assert_eq!(i, 1, "nothing is placed on a drained instance");
+}

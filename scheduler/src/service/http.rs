@@ -16,10 +16,11 @@ use switchyard_protocol::schedule::{
 use switchyard_protocol::secret::Secret;
 
 /// `POST /v1/schedule`, `/v1/release` (one or a JSON array), `/v1/report`; `GET /v1/instances`
-/// (behind `admin_key`, if any), `/v1/scheduler/settings`, `/health`, `/metrics`.
+/// and `POST /v1/instances/drain` (behind `admin_key`, if any), `/v1/scheduler/settings`,
+/// `/health`, `/metrics`.
 pub fn router(service: Arc<SchedulerService>, admin_key: Option<Secret>) -> Router {
     let admin = Router::new().route("/v1/instances", get(instances));
-    admin_only(admin, admin_key)
+    admin_only(admin, admin_key.clone())
         .route("/v1/schedule", post(schedule))
         .route("/v1/release", post(release))
         .route("/v1/report", post(report))
@@ -32,7 +33,15 @@ pub fn router(service: Arc<SchedulerService>, admin_key: Option<Secret>) -> Rout
         )
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/metrics", get(metrics))
-        .with_state(service)
+        .with_state(service.clone())
+        .merge(drain_router(service, admin_key))
+}
+
+/// `POST /v1/instances/drain` alone (behind `admin_key`, if any), for `serve` to mount beside
+/// its gateway.
+pub fn drain_router(service: Arc<SchedulerService>, admin_key: Option<Secret>) -> Router {
+    let routes = Router::new().route(DRAIN_PATH, post(drain));
+    admin_only(routes, admin_key).with_state(service)
 }
 
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
@@ -100,6 +109,22 @@ async fn heartbeat(
             service.heartbeat(&h.gateway);
             StatusCode::OK.into_response()
         }
+        Err(e) => error_response(e),
+    }
+}
+
+/// Where an instance is drained.
+pub const DRAIN_PATH: &str = "/v1/instances/drain";
+
+/// `POST /v1/instances/drain`: stops placing on the instance and moves everything running
+/// there elsewhere; answers once it is empty (or the time is up) with the counts.
+async fn drain(State(service): State<Arc<SchedulerService>>, body: axum::body::Bytes) -> Response {
+    let ask: super::DrainRequest = match parse(&body) {
+        Ok(a) => a,
+        Err(e) => return error_response(e),
+    };
+    match service.drain(&ask).await {
+        Ok(report) => Json(report).into_response(),
         Err(e) => error_response(e),
     }
 }

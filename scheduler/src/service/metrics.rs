@@ -442,6 +442,11 @@ impl SchedulerMetrics {
         }
     }
 
+    /// The registry, for families other parts register beside these.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// The exposition text.
     pub fn render(&self) -> String {
         let mut out = Vec::new();

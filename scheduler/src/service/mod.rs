@@ -4,14 +4,16 @@
 mod discovery;
 mod http;
 mod metrics;
+mod migrations;
 mod sources;
 mod zmq_events;
 
 pub use discovery::{
     first_statuses, kind_name, parse_entry, run_discovery, Discovery, FollowSettings,
 };
-pub use http::router;
+pub use http::{drain_router, router, DRAIN_PATH};
 pub use metrics::SchedulerMetrics;
+pub use migrations::{run_rescheduler, DrainReport, DrainRequest};
 pub use sources::{probe_model, scrape_instance, watch_switchyard_instance};
 
 use crate::cms::InstanceMeta;
@@ -30,14 +32,18 @@ use switchyard_protocol::schedule::{
 pub struct SchedulerService {
     core: Mutex<Scheduler>,
     metrics: SchedulerMetrics,
+    migrations: migrations::Migrations,
 }
 
 impl SchedulerService {
     /// Wraps a scheduler; `process_metrics` adds the process collector to its metrics.
     pub fn new(core: Scheduler, process_metrics: bool) -> prometheus::Result<Self> {
+        let metrics = SchedulerMetrics::new(process_metrics)?;
+        let migrations = migrations::Migrations::new(metrics.registry())?;
         Ok(SchedulerService {
             core: Mutex::new(core),
-            metrics: SchedulerMetrics::new(process_metrics)?,
+            metrics,
+            migrations,
         })
     }
 
