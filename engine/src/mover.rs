@@ -17,8 +17,9 @@ use switchyard_protocol::migration::*;
 use switchyard_protocol::openai::ErrorResponse;
 use tokio::sync::Semaphore;
 
-/// Largest KV body one request carries.
-pub const MAX_CHUNK_BYTES: usize = 16 << 20;
+/// Largest KV body one request carries. Each export and import holds its engine's step loop
+/// while it copies, so chunks are kept to about a millisecond of copying.
+pub const MAX_CHUNK_BYTES: usize = 4 << 20;
 
 /// Moves out of one instance at a time; more wait their turn.
 pub const MOVES_OUT_AT_ONCE: usize = 2;

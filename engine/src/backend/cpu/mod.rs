@@ -243,11 +243,16 @@ fn attend(
 }
 
 impl Backend for CpuBackend {
-    /// The blocks' f32 keys and values, little-endian, block after block.
+    /// Little-endian f32s, block after block (on a little-endian host, the memory as it is).
     fn export_kv(&self, blocks: &[BlockId]) -> Result<Vec<u8>, KvMoveError> {
         let mut bytes = Vec::with_capacity(blocks.len() * self.kv.block_len() * 4);
         for &block in blocks {
-            bytes.extend(self.kv.block(block).iter().flat_map(|x| x.to_le_bytes()));
+            let values = self.kv.block(block);
+            if cfg!(target_endian = "little") {
+                bytes.extend_from_slice(bytemuck::cast_slice(values));
+            } else {
+                bytes.extend(values.iter().flat_map(|x| x.to_le_bytes()));
+            }
         }
         Ok(bytes)
     }
@@ -265,13 +270,13 @@ impl Backend for CpuBackend {
             });
         }
         for (&block, chunk) in blocks.iter().zip(bytes.chunks_exact(block_bytes)) {
-            for (x, b) in self
-                .kv
-                .block_mut(block)
-                .iter_mut()
-                .zip(chunk.chunks_exact(4))
-            {
-                *x = f32::from_le_bytes(b.try_into().expect("chunks of four"));
+            let values = self.kv.block_mut(block);
+            if cfg!(target_endian = "little") {
+                bytemuck::cast_slice_mut::<f32, u8>(values).copy_from_slice(chunk);
+            } else {
+                for (x, b) in values.iter_mut().zip(chunk.chunks_exact(4)) {
+                    *x = f32::from_le_bytes(b.try_into().expect("chunks of four"));
+                }
             }
         }
         Ok(())

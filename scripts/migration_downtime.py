@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Downtime of a request moved between two CPU engines mid-stream, against today's way of moving
+it (its engine dies and the gateway resumes it elsewhere by recomputing prompt and output).
+
+Runs two `switchyard engine --backend cpu` processes (the built-in model unless --model names a
+directory), a scheduler and a gateway, all separate. For each context length, each trial streams
+one completion of that many prompt tokens (fresh random ids, so no prefix is cached) through the
+gateway and, after --move-after tokens:
+
+- migration: asks the serving engine to move it (`POST /v1/migrations`) to the other one;
+- recomputation: kills the serving engine (SIGKILL), so the gateway resumes the stream on the
+  other one, then starts it again for the next trial.
+
+Downtime is the largest gap between two tokens the client received after the move began, minus
+the median gap before it (the normal step time). Prints one table row per length and way: the
+median and largest downtime over the trials, the median step, and, for migration, the median
+pause the source reported (suspended_ms) and the KV bytes moved.
+
+    scripts/migration_downtime.py [--binary target/release/switchyard] [--lengths 256,2048,8192]
+                                  [--trials 10] [--model builtin]
+"""
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+GATEWAY, SCHEDULER, ENGINES = 19700, 19701, (19710, 19711)
+
+
+def call(url, body=None, timeout=60):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def wait_healthy(port):
+    for _ in range(600):
+        try:
+            call(f"http://127.0.0.1:{port}/health", timeout=2)
+            return
+        except OSError:
+            time.sleep(0.1)
+    sys.exit(f"port {port} never became healthy")
+
+
+def wait_schedulable(count):
+    for _ in range(600):
+        try:
+            listed = json.loads(call(f"http://127.0.0.1:{SCHEDULER}/v1/instances", timeout=2))
+            if sum(1 for i in listed if i["schedulable"]) == count:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    sys.exit("the scheduler never saw both engines")
+
+
+class Cluster:
+    def __init__(self, binary, model, max_len):
+        self.binary, self.model, self.max_len = binary, model, max_len
+        self.log = open("/tmp/migration_downtime.log", "w")
+        self.engines = {port: self.start_engine(port) for port in ENGINES}
+        instances = ",".join(f"http://127.0.0.1:{p}" for p in ENGINES)
+        self.others = [
+            self.spawn("scheduler", "--port", str(SCHEDULER), "--instances", instances),
+        ]
+        wait_healthy(SCHEDULER)
+        self.others.append(
+            self.spawn(
+                "gateway", "--port", str(GATEWAY), "--scheduler", f"http://127.0.0.1:{SCHEDULER}"
+            )
+        )
+        wait_healthy(GATEWAY)
+        wait_schedulable(2)
+        self.vocab = self.vocab_size()
+
+    def vocab_size(self):
+        """The vocabulary size, which an engine names when it refuses an id past it."""
+        try:
+            call(f"http://127.0.0.1:{ENGINES[0]}/v1/completions",
+                 {"prompt": [10**9], "max_tokens": 1})
+        except urllib.error.HTTPError as e:
+            message = json.loads(e.read())["error"]["message"]
+            return int(message.rsplit("size ", 1)[1].rstrip(")."))
+        sys.exit("the engine took a token id of a billion")
+
+    def spawn(self, *args):
+        return subprocess.Popen([self.binary, *args], stdout=self.log, stderr=self.log)
+
+    def start_engine(self, port):
+        process = self.spawn(
+            "engine", "--backend", "cpu", "--model", self.model, "--port", str(port),
+            "--max-model-len", str(self.max_len),
+        )
+        wait_healthy(port)
+        return process
+
+    def restart(self, port):
+        self.engines[port].wait()
+        self.engines[port] = self.start_engine(port)
+        wait_schedulable(2)
+
+    def stop(self):
+        for p in [*self.engines.values(), *self.others]:
+            p.kill()
+
+
+def trial(cluster, length, way, tokens, move_after):
+    """One stream of `length` prompt tokens moved `way`; (downtime s, step s, report)."""
+    rid = f"{way}-{length}-{random.getrandbits(40):x}"
+    prompt = [random.randrange(300, cluster.vocab) for _ in range(length)]
+    body = json.dumps({"prompt": prompt, "max_tokens": tokens, "ignore_eos": True,
+                       "temperature": 0, "stream": True}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{GATEWAY}/v1/completions", data=body,
+        headers={"content-type": "application/json", "x-request-id": rid})
+    arrivals, report, moved_at = [], {}, [None]
+    try:
+        response = urllib.request.urlopen(request, timeout=300)
+    except urllib.error.HTTPError as e:
+        sys.exit(f"{rid}: the gateway answered {e.code}: {e.read().decode()}")
+    with response:
+        source = int(response.headers["x-switchyard-instance"].rsplit(":", 1)[1])
+        other = ENGINES[1 - ENGINES.index(source)]
+
+        def move():
+            moved_at[0] = time.perf_counter()
+            if way == "migration":
+                answer = call(f"http://127.0.0.1:{source}/v1/migrations",
+                              {"destination": f"http://127.0.0.1:{other}", "request_id": rid})
+                report.update(json.loads(answer))
+            else:
+                cluster.engines[source].kill()
+
+        for line in response:
+            if not line.startswith(b"data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk["choices"] and chunk["choices"][0]["text"] is not None:
+                arrivals.append(time.perf_counter())
+                if len(arrivals) == move_after:
+                    threading.Thread(target=move).start()
+    if way == "recomputation":
+        cluster.restart(source)
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    step = statistics.median(gaps[: move_after - 1])
+    after = [b - a for a, b in zip(arrivals, arrivals[1:]) if b > moved_at[0]]
+    if len(arrivals) != tokens:
+        sys.exit(f"{rid}: {len(arrivals)} tokens of {tokens}")
+    return max(after) - step, step, report
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--binary", default="target/release/switchyard")
+    parser.add_argument("--model", default="builtin")
+    parser.add_argument("--lengths", default="256,2048,8192")
+    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--move-after", type=int, default=16)
+    args = parser.parse_args()
+    lengths = [int(x) for x in args.lengths.split(",")]
+    cluster = Cluster(args.binary, args.model, max(lengths) + args.tokens + 16)
+    print("| context (tokens) | way | downtime median (ms) | downtime max (ms) | step median (ms) "
+          "| source pause median (ms) | KV moved (MB) |")
+    print("|---|---|---|---|---|---|---|")
+    try:
+        for length in lengths:
+            for way in ("migration", "recomputation"):
+                rows = [trial(cluster, length, way, args.tokens, args.move_after)
+                        for _ in range(args.trials)]
+                downs = [r[0] * 1e3 for r in rows]
+                steps = [r[1] * 1e3 for r in rows]
+                moved = [r[2]["migrated"][0] for r in rows if r[2].get("migrated")]
+                if way == "migration" and len(moved) != len(rows):
+                    failed = [r[2] for r in rows if not r[2].get("migrated")]
+                    sys.exit(f"moves failed: {failed}")
+                pause = f"{statistics.median(m['suspended_ms'] for m in moved):.1f}" if moved else "-"
+                mb = f"{statistics.median(m['bytes'] for m in moved) / 1e6:.1f}" if moved else "-"
+                print(f"| {length} | {way} | {statistics.median(downs):.1f} | {max(downs):.1f} "
+                      f"| {statistics.median(steps):.2f} | {pause} | {mb} |", flush=True)
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main()
