@@ -201,7 +201,8 @@ def request_dashboard():
     d.rate("Fallbacks that succeeded after a 429", "request_fallback_retry_success_total", "model",
            extra=m)
     d.rate("Mid-stream continuations", "request_stream_continuation_total", "outcome", extra=m,
-           description="Streams that broke and were resumed on another instance, by outcome.")
+           description="Streams continued on another instance: broken ones resumed (resumed) or "
+                       "not (failed), moved ones followed (migrated).")
     d.row("Tokens")
     d.rate("Input tokens", "request_input_tokens_total", "model", unit="short", extra=m)
     d.rate("Output tokens", "request_output_tokens_total", "model", unit="short", extra=m)
@@ -264,6 +265,20 @@ def component_dashboard():
               description="Taking in one engine status: CMS, LRS reconciliation, predictor.")
     d.latency("CMS metadata refresh", "scheduler_cms_refresh_metadata_duration_milliseconds",
               "ms", description="Adding or updating an instance's description.")
+    d.row("Live migration")
+    d.rate("Moves", "scheduler_rescheduling_total", "rule",
+           description="Running requests the rescheduler (rule room, load_balance, interference) "
+                       "or a drain decided to move, with their KV, to another instance.")
+    d.rate("Moves that failed", "scheduler_rescheduling_failed_total", "rule, reason",
+           description="The request went on where it was: no_room, unreachable (or stalled), "
+                       "refused, finished, preempted.")
+    d.rate("KV moved", "scheduler_kv_transfer_bytes_total", "kind", unit="Bps")
+    d.latency("Pause of a moved request", "scheduler_migration_downtime_milliseconds", "ms",
+              description="From its last step on the source to its hand-over to the destination.")
+    d.latency("Whole migration", "scheduler_migration_duration_milliseconds", "ms",
+              description="From the reservation on the destination to the hand-over, all copy "
+                          "stages.")
+    d.latency("Blocks per migration", "scheduler_migration_blocks", "short")
     d.row("Prediction accuracy")
     d.latency("Prediction error", "scheduler_prediction_error_ratio", "percentunit", by="kind",
               description="(predicted - actual) / actual of the chosen instance's TTFT and TPOT, "
@@ -296,7 +311,8 @@ def component_dashboard():
 
 CMS_GAUGES = [
     ("Waiting requests", "instance_cms_waiting_requests"),
-    ("Loading requests", "instance_cms_loading_requests"),
+    ("Loading requests (KV arriving by migration)", "instance_cms_loading_requests"),
+    ("Tokens of loading requests", "instance_cms_tokens_loading_requests"),
     ("Running requests", "instance_cms_running_requests"),
     ("Tokens in KV cache", "instance_cms_used_gpu_tokens"),
     ("Uncomputed tokens of waiting prefills", "instance_cms_uncomputed_tokens_all_waiting_prefills"),
@@ -370,6 +386,8 @@ def vllm_dashboard():
         description="Prompt tokens loaded back from the KV offloading tier "
                     "(`--kv-offloading-size`) over prompt tokens looked up there.")
     d.rate("Preemptions", "vllm:num_preemptions_total", "instance", unit="short", extra=m)
+    d.rate("KV moved by live migration", "vllm:kv_transfer_bytes_total", "instance, direction",
+           unit="Bps", extra=m)
     d.row("Throughput")
     d.rate("Prompt tokens", "vllm:prompt_tokens_total", "instance", unit="short", extra=m)
     d.rate("Generated tokens", "vllm:generation_tokens_total", "instance", unit="short", extra=m)
@@ -433,6 +451,8 @@ def fastdeploy_dashboard():
     d.rate("Prompt tokens", p + "prompt_tokens_total", "instance", unit="short")
     d.rate("Generated tokens", p + "generation_tokens_total", "instance", unit="short")
     d.rate("Cache sends failed", p + "send_cache_failed_num_total", "instance", unit="short")
+    d.rate("KV moved by live migration", p + "kv_transfer_bytes_total", "instance, direction",
+           unit="Bps")
     d.row("Latency")
     for title, metric in [
         ("Time to first token", "time_to_first_token_seconds"),
@@ -472,6 +492,8 @@ def mindie_dashboard():
     d.gauge("Failed requests", "failed_request_perc", "instance", unit="percentunit", extra=m,
             aggregate="max")
     d.rate("Preemptions", "num_preemptions_total", "instance", unit="short", extra=m)
+    d.rate("KV moved by live migration", "kv_transfer_bytes_total", "instance, direction",
+           unit="Bps", extra=m)
     d.row("Throughput")
     d.rate("Received requests", "request_received_total", "instance", extra=m)
     d.rate("Successful requests", "request_success_total", "instance", extra=m)

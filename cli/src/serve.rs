@@ -60,7 +60,10 @@ pub struct ServeArgs {
 
 /// Runs engines, scheduler and gateway until Ctrl-C or SIGTERM, then drains.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let parts = args.engine.build(args.engines)?;
+    let mut parts = args.engine.build(args.engines)?;
+    for part in &mut parts {
+        part.admin_key = args.gateway.admin.admin_key.clone();
+    }
     let drain_timeout = args.engine.drain_timeout();
     let served = ServedModel {
         name: parts[0].info.model_name.clone(),
@@ -100,17 +103,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         )));
         instances.push(instance);
     }
-    let scheduler = Arc::new(SchedulerService::new(
-        Scheduler::new(
-            args.slo.apply(SchedulerConfig {
-                policy: args.policy,
-                block_size: args.engine.block_size as u32,
-                ..Default::default()
-            })?,
-            0,
-        ),
-        false,
-    )?);
+    let scheduler = Arc::new(
+        SchedulerService::new(
+            Scheduler::new(
+                args.slo.apply(SchedulerConfig {
+                    policy: args.policy,
+                    block_size: args.engine.block_size as u32,
+                    ..Default::default()
+                })?,
+                0,
+            ),
+            false,
+        )?
+        .with_engine_key(args.gateway.admin.admin_key.clone()),
+    );
     tokio::spawn(run_discovery(
         scheduler.clone(),
         reqwest::Client::new(),

@@ -2,7 +2,7 @@
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::{cuda_available, CudaBackend, CudaModel, Limits};
-use crate::backend::sim::{SimBackend, SimVocabulary, StepTimeModel};
+use crate::backend::sim::{KvLink, SimBackend, SimVocabulary, StepTimeModel};
 use crate::backend::Backend;
 use crate::core::CoreConfig;
 use crate::instance::{InstanceInfo, InstanceParts};
@@ -57,6 +57,47 @@ pub struct ListenArgs {
         requires = "kv_events_port"
     )]
     pub kv_events_replay_port: Option<u16>,
+    /// On SIGTERM, first ask the scheduler at this URL to drain each instance by live migration
+    /// (`POST /v1/instances/drain`): running requests move to other engines with their KV
+    /// instead of finishing here (then --drain-timeout applies to what is left).
+    #[arg(long, env = "SWITCHYARD_DRAIN_BY_MIGRATION")]
+    pub drain_by_migration: Option<String>,
+    /// How the scheduler reaches instance 0 (instance i: the same URL with port + i); default
+    /// `http://HOST:PORT`, with 127.0.0.1 for a host of 0.0.0.0. On Kubernetes:
+    /// `http://$(POD_IP):PORT`.
+    #[arg(long, env = "SWITCHYARD_ADVERTISE_URL")]
+    pub advertise_url: Option<String>,
+    /// The admin key: required of callers of the live-migration endpoints, and sent to other
+    /// engines and to the scheduler (one key for the cluster).
+    #[command(flatten)]
+    pub admin: switchyard_http::admin::AdminArgs,
+}
+
+impl ListenArgs {
+    /// The URL the scheduler knows instance `i` by.
+    pub fn advertised(&self, i: usize) -> anyhow::Result<String> {
+        let port = self
+            .port
+            .checked_add(i as u16)
+            .context("instance ports run past 65535")?;
+        let Some(url) = &self.advertise_url else {
+            let host = if self.host == "0.0.0.0" {
+                "127.0.0.1"
+            } else {
+                &self.host
+            };
+            return Ok(format!("http://{host}:{port}"));
+        };
+        let mut url = reqwest::Url::parse(url)
+            .map_err(|e| anyhow::anyhow!("--advertise-url {url:?}: {e}"))?;
+        let base = url.port_or_known_default().unwrap_or(self.port);
+        let port = base
+            .checked_add(i as u16)
+            .context("instance ports run past 65535")?;
+        url.set_port(Some(port))
+            .map_err(|()| anyhow::anyhow!("--advertise-url cannot take a port"))?;
+        Ok(url.as_str().trim_end_matches('/').to_string())
+    }
 }
 
 /// What an engine runs and how (every flag of `switchyard engine` but where it listens).
@@ -100,6 +141,10 @@ pub struct EngineArgs {
     /// the same name). The cpu and sim backends have it.
     #[arg(long, env = "SWITCHYARD_KV_OFFLOADING_SIZE", default_value = "0")]
     pub kv_offloading_size: NonNegative,
+    /// Bandwidth, in Gb/s, of the link a simulated engine's KV moves over to another engine
+    /// (live migration): a move waits bytes / bandwidth plus 1 ms a transfer.
+    #[arg(long, env = "SWITCHYARD_KV_TRANSFER_GBPS", default_value = "25")]
+    pub kv_transfer_gbps: Positive,
     /// Token budget of one step.
     #[arg(
         long,
@@ -251,6 +296,7 @@ impl EngineArgs {
                     trace_log: trace_log.clone(),
                     vllm_events: None,
                     time_scale: *self.sim_time_scale,
+                    admin_key: None,
                 })
             })
             .collect()
@@ -259,6 +305,10 @@ impl EngineArgs {
     fn sim_model(&self, tokenizer: &Tokenizer) -> anyhow::Result<BuiltModel> {
         let (gpu, shape) = crate::backend::sim::resolve(&self.sim_gpu, &self.sim_model)?;
         let step_time = StepTimeModel::new(gpu, shape.clone());
+        let link = KvLink {
+            gbps: self.kv_transfer_gbps.get(),
+            ..KvLink::default()
+        };
         let num_blocks = match self.num_kv_blocks {
             Some(n) => n,
             None => step_time.kv_capacity_blocks(*self.gpu_memory_utilization, self.block_size),
@@ -278,11 +328,8 @@ impl EngineArgs {
             num_blocks,
             bytes_per_block: shape.kv_bytes_per_token() as usize * block_size,
             make_backend: Box::new(move |_host_blocks| {
-                Ok(Box::new(SimBackend::new(
-                    step_time.clone(),
-                    vocabulary.clone(),
-                    block_size,
-                )))
+                let backend = SimBackend::new(step_time.clone(), vocabulary.clone(), block_size);
+                Ok(Box::new(backend.with_link(link)))
             }),
         })
     }

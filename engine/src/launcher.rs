@@ -1,5 +1,6 @@
 //! Runs `switchyard engine`: binds one listener per instance, serves until SIGTERM or Ctrl-C,
-//! then drains (new requests get 503 while running ones finish, up to the drain timeout).
+//! then drains: with `--drain-by-migration`, the scheduler first moves the running requests to
+//! other engines; then new requests get 503 while the rest finish, up to the drain timeout.
 
 use crate::config::{EngineArgs, ListenArgs};
 use crate::instance::Instance;
@@ -14,6 +15,9 @@ use tokio::sync::watch;
 /// Serves every instance the flags describe until a shutdown signal, then drains.
 pub async fn run(listen: ListenArgs, args: EngineArgs) -> anyhow::Result<()> {
     let mut parts = args.build(listen.instances)?;
+    for part in &mut parts {
+        part.admin_key = listen.admin.admin_key.clone();
+    }
     let drain_timeout = args.drain_timeout();
     let mut listeners = Vec::new();
     for i in 0..parts.len() {
@@ -65,6 +69,9 @@ pub async fn run(listen: ListenArgs, args: EngineArgs) -> anyhow::Result<()> {
         instances.push(instance);
     }
     shutdown_signal().await;
+    if let Some(scheduler) = &listen.drain_by_migration {
+        drain_by_migration(&listen, scheduler, instances.len(), drain_timeout).await;
+    }
     drain(&instances, drain_timeout).await;
     let _ = stop_tx.send(true);
     for server in servers {
@@ -107,6 +114,47 @@ pub async fn serve(
     )
     .await
     .context("server failed")
+}
+
+/// Asks `scheduler` to drain each instance by live migration (all at once), waiting at most
+/// `timeout` for its answers; failures are logged and leave the ordinary drain to finish the job.
+async fn drain_by_migration(listen: &ListenArgs, scheduler: &str, count: usize, timeout: Duration) {
+    let client = reqwest::Client::new();
+    let url = format!(
+        "{}{}",
+        scheduler.trim_end_matches('/'),
+        switchyard_protocol::migration::DRAIN_PATH
+    );
+    let asks = (0..count).map(|i| {
+        let (client, url) = (client.clone(), url.clone());
+        let instance = listen.advertised(i);
+        let key = listen.admin.admin_key.clone();
+        async move {
+            let instance = instance.map_err(|e| e.to_string())?;
+            let body =
+                serde_json::json!({"instance": instance, "timeout_s": timeout.as_secs_f64()});
+            let mut ask = client.post(&url).json(&body).timeout(timeout + STOP_GRACE);
+            if let Some(key) = &key {
+                ask = ask.bearer_auth(key.expose());
+            }
+            let response = ask.send().await.map_err(|e| e.to_string())?;
+            let status = response.status();
+            let text = response.text().await.map_err(|e| e.to_string())?;
+            if !status.is_success() {
+                return Err(format!(
+                    "{instance}: the scheduler answered {status}: {text}"
+                ));
+            }
+            Ok(format!("{instance}: {text}"))
+        }
+    });
+    tracing::info!("asking {scheduler} to move the running requests elsewhere");
+    for answer in futures::future::join_all(asks).await {
+        match answer {
+            Ok(report) => tracing::info!("drained by migration: {report}"),
+            Err(e) => tracing::warn!("drain by migration failed, finishing here instead: {e}"),
+        }
+    }
 }
 
 /// Turns every instance to draining, waits until none has requests in flight (at most

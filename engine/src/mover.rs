@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_protocol::migration::*;
 use switchyard_protocol::openai::ErrorResponse;
+use switchyard_protocol::secret::Secret;
 use tokio::sync::Semaphore;
 
 /// Largest KV body one request carries. Each export and import holds its engine's step loop
@@ -32,10 +33,12 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Mover {
     client: reqwest::Client,
     lanes: Semaphore,
+    admin_key: Option<Secret>,
 }
 
-impl Default for Mover {
-    fn default() -> Self {
+impl Mover {
+    /// A mover that presents `admin_key` to the destinations, if there is one.
+    pub fn new(admin_key: Option<Secret>) -> Self {
         let client = reqwest::Client::builder()
             .tcp_nodelay(true)
             .timeout(CALL_TIMEOUT)
@@ -44,6 +47,7 @@ impl Default for Mover {
         Mover {
             client,
             lanes: Semaphore::new(MOVES_OUT_AT_ONCE),
+            admin_key,
         }
     }
 }
@@ -68,6 +72,7 @@ pub async fn migrate(instance: &Arc<Instance>, ask: &MigrateRequest) -> MigrateR
     let peer = Peer {
         client: &instance.mover.client,
         base: ask.destination.trim_end_matches('/'),
+        key: instance.mover.admin_key.as_ref(),
     };
     for p in picked {
         let Ok(_lane) = instance.mover.lanes.acquire().await else {
@@ -128,7 +133,9 @@ async fn move_one(
     let mut suspended_at = None;
     let copied = copy_and_commit(instance, peer, p, &ticket, &mut sent, &mut suspended_at).await;
     if let Err(failure) = copied {
-        peer.cancel(&ticket).await;
+        // The request runs on here at once; the destination is told after.
+        instance.give_up_move(p.seq);
+        peer.cancel_later(&ticket);
         return Err(failure);
     }
     let to = MigratedTo {
@@ -136,7 +143,7 @@ async fn move_one(
         destination: peer.base.to_string(),
     };
     if !instance.hand_over(p.seq, to).await {
-        peer.cancel(&ticket).await;
+        peer.cancel_later(&ticket);
         return Err(MoveFailure::new(
             "finished",
             "it ended before its hand-over",
@@ -233,6 +240,7 @@ async fn send(
 struct Peer<'a> {
     client: &'a reqwest::Client,
     base: &'a str,
+    key: Option<&'a Secret>,
 }
 
 impl Peer<'_> {
@@ -240,8 +248,17 @@ impl Peer<'_> {
         format!("{}{INCOMING_MIGRATIONS_PATH}{rest}", self.base)
     }
 
+    /// A call to `rest` below the destination's migrations, with the admin key if any.
+    fn call(&self, method: reqwest::Method, rest: &str) -> reqwest::RequestBuilder {
+        let call = self.client.request(method, self.url(rest));
+        match self.key {
+            Some(key) => call.bearer_auth(key.expose()),
+            None => call,
+        }
+    }
+
     async fn reserve(&self, ask: &ReserveRequest) -> Result<String, MoveFailure> {
-        let response = self.client.post(self.url("")).json(ask).send().await;
+        let response = self.call(reqwest::Method::POST, "").json(ask).send().await;
         let response = answered(response).await?;
         response
             .json::<ReserveResponse>()
@@ -253,8 +270,7 @@ impl Peer<'_> {
     async fn put_chunk(&self, ticket: &str, chunk: KvChunk) -> Result<(), MoveFailure> {
         let [first, blocks, checksum] = KV_CHUNK_HEADERS;
         let response = self
-            .client
-            .put(self.url(&format!("/{ticket}/kv")))
+            .call(reqwest::Method::PUT, &format!("/{ticket}/kv"))
             .header(first, chunk.first_block)
             .header(blocks, chunk.num_blocks)
             .header(checksum, chunk.checksum)
@@ -266,22 +282,20 @@ impl Peer<'_> {
 
     async fn commit(&self, ticket: &str, moved: &MovedSeq) -> Result<(), MoveFailure> {
         let response = self
-            .client
-            .post(self.url(&format!("/{ticket}/commit")))
+            .call(reqwest::Method::POST, &format!("/{ticket}/commit"))
             .json(moved)
             .send()
             .await;
         answered(response).await.map(drop)
     }
 
-    /// Gives the reservation back; a destination that cannot be told frees it on its own
-    /// after its timeout.
-    async fn cancel(&self, ticket: &str) {
-        let _ = self
-            .client
-            .delete(self.url(&format!("/{ticket}")))
-            .send()
-            .await;
+    /// Gives the reservation back, without waiting; a destination that cannot be told frees
+    /// it on its own after its timeout.
+    fn cancel_later(&self, ticket: &str) {
+        let cancel = self.call(reqwest::Method::DELETE, &format!("/{ticket}"));
+        tokio::spawn(async move {
+            let _ = cancel.send().await;
+        });
     }
 }
 

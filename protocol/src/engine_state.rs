@@ -45,6 +45,12 @@ pub struct EngineStatus {
     pub num_running: u32,
     /// Requests preempted and waiting to resume.
     pub num_swapped: u32,
+    /// Requests whose KV is arriving from another engine (live migration), in reservations.
+    #[serde(default)]
+    pub num_loading: u32,
+    /// KV tokens reserved for the requests arriving.
+    #[serde(default)]
+    pub loading_kv_tokens: u64,
     /// Prompt tokens not yet computed of waiting requests.
     pub waiting_prefill_tokens: u64,
     /// Prompt tokens not yet computed of running requests.

@@ -18,6 +18,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Where the scheduler (or `serve`) is asked to empty an instance by moving its requests out.
+pub const DRAIN_PATH: &str = "/v1/instances/drain";
+
 /// Where a source engine is asked to move requests out.
 pub const MIGRATIONS_PATH: &str = "/v1/migrations";
 

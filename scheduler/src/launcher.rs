@@ -255,10 +255,10 @@ pub async fn run(
     args: SchedulerArgs,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let service = Arc::new(SchedulerService::new(
-        Scheduler::new(args.config()?, args.seed),
-        true,
-    )?);
+    let service = Arc::new(
+        SchedulerService::new(Scheduler::new(args.config()?, args.seed), true)?
+            .with_engine_key(args.admin.admin_key.clone()),
+    );
     let ticking = service.clone();
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(Duration::from_secs(1));

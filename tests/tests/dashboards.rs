@@ -26,7 +26,7 @@ const EVENT_FAMILIES: &[(&str, &str)] = &[
     ),
     (
         "request_stream_continuation_total",
-        "a broken stream is resumed",
+        "a broken stream is resumed or a moved one followed",
     ),
     ("gateway_circuit_breaker_state", "a breaker opens"),
     ("gateway_mirror_requests_total", "a route mirrors a request"),
@@ -46,6 +46,15 @@ const EVENT_FAMILIES: &[(&str, &str)] = &[
         "scheduler_kv_event_resyncs_total",
         "a vLLM/SGLang instance's KV events are followed",
     ),
+    ("scheduler_rescheduling_total", "a request is moved"),
+    ("scheduler_rescheduling_failed_total", "a move fails"),
+    (
+        "scheduler_kv_transfer_bytes_total",
+        "KV moves between engines",
+    ),
+    ("vllm:kv_transfer_bytes_total", "an engine moves KV"),
+    ("fastdeploy:kv_transfer_bytes_total", "an engine moves KV"),
+    ("kv_transfer_bytes_total", "an engine moves KV"),
 ];
 
 fn dashboards() -> Vec<(String, Value)> {
@@ -285,13 +294,17 @@ async fn dashboards_cover_every_exported_metric_and_name_nothing_else() {
     let sources = [
         "../gateway/src/metrics.rs",
         "../scheduler/src/service/metrics.rs",
+        "../scheduler/src/service/migrations.rs",
+        "../engine/src/metrics/vllm.rs",
+        "../engine/src/metrics/fastdeploy.rs",
+        "../engine/src/metrics/mindie.rs",
     ]
     .map(|f| std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(f)).unwrap())
     .join("\n");
     for (name, event) in EVENT_FAMILIES {
         assert!(
             sources.contains(&format!("\"{name}\"")),
-            "{name} (exported once {event}) is not defined by the gateway or the scheduler"
+            "{name} (exported once {event}) is not defined by the gateway, the scheduler or the engines"
         );
         assert!(queried.contains(*name), "{name} is on no dashboard");
     }

@@ -23,6 +23,7 @@ use switchyard_protocol::clock::unix_now;
 use switchyard_protocol::engine_state::{EngineStatus, StepSample};
 use switchyard_protocol::kv_events::{KvEvent, StoredBlock};
 use switchyard_protocol::openai::FinishReason;
+use switchyard_protocol::secret::Secret;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
@@ -76,6 +77,9 @@ pub struct InstanceParts {
     pub vllm_events: Option<mpsc::UnboundedSender<PublishedBatch>>,
     /// Simulated time runs this many times faster than real time.
     pub time_scale: f64,
+    /// The cluster's admin key: required of callers of its live-migration endpoints, and sent
+    /// to the engines it moves requests to.
+    pub admin_key: Option<Secret>,
 }
 
 enum Command {
@@ -122,6 +126,8 @@ pub struct Instance {
     pub kv_block_bytes: u64,
     /// Its means to move requests to other engines.
     pub(crate) mover: crate::mover::Mover,
+    /// The key its live-migration endpoints require, if any.
+    pub(crate) admin_key: Option<Secret>,
     commands: mpsc::UnboundedSender<Command>,
     status: broadcast::Sender<Arc<EngineStatus>>,
     latest_status: watch::Receiver<Arc<EngineStatus>>,
@@ -162,7 +168,8 @@ impl Instance {
             generation_defaults: parts.generation_defaults,
             metrics: metrics.clone(),
             kv_block_bytes: parts.backend.kv_block_bytes(),
-            mover: crate::mover::Mover::default(),
+            mover: crate::mover::Mover::new(parts.admin_key.clone()),
+            admin_key: parts.admin_key,
             commands,
             status: status.clone(),
             latest_status,
@@ -540,7 +547,9 @@ impl Driver {
 
     fn publish(&mut self, steps: Vec<StepSample>) {
         self.dirty = false;
-        let status = self.core.status(unix_now(), steps);
+        let mut status = self.core.status(unix_now(), steps);
+        (status.num_loading, status.loading_kv_tokens) =
+            self.moves.loading(self.core.config().block_size);
         self.metrics.on_status(&status, self.core.pool().usage());
         let status = Arc::new(status);
         self.latest.send_replace(status.clone());

@@ -156,6 +156,16 @@ pub(super) struct Moves {
 }
 
 impl Moves {
+    /// Requests on their way in and the KV tokens reserved for them.
+    pub fn loading(&self, block_size: usize) -> (u32, u64) {
+        let tokens = self
+            .incoming
+            .values()
+            .map(|r| r.capacity(block_size) as u64)
+            .sum();
+        (self.incoming.len() as u32, tokens)
+    }
+
     /// Forgets `seq` once it ended or left here.
     pub fn forget(&mut self, seq: SeqId) {
         self.following.remove(&seq);

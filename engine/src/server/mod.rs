@@ -40,7 +40,10 @@ pub fn router(instance: Arc<Instance>) -> Router {
         .route("/v1/state", get(streams::state))
         .route("/v1/kv_events", get(streams::kv_events))
         .route("/reset_prefix_cache", post(reset_prefix_cache))
-        .merge(migration::routes())
+        .merge(switchyard_http::admin::admin_only(
+            migration::routes(),
+            instance.admin_key.clone(),
+        ))
         .fallback(not_found)
         .layer(axum::middleware::from_fn(request_id))
         .layer(axum::Extension(BodyLimit(limit)))

@@ -213,7 +213,9 @@ pub async fn run_discovery(
             }
         }
         followed.retain(|id, task| {
-            let keep = wanted.contains_key(id);
+            // An instance being drained stays followed while it answers, though its DNS entry
+            // goes as soon as its pod terminates: its requests are still moving off it.
+            let keep = wanted.contains_key(id) || service.is_draining(id);
             if !keep {
                 tracing::info!("instance {id} is gone");
                 task.abort();

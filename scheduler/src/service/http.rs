@@ -9,6 +9,7 @@ use axum::{Json, Router};
 use std::sync::Arc;
 use switchyard_http::admin::admin_only;
 use switchyard_http::error_response;
+use switchyard_protocol::migration::DRAIN_PATH;
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{
     GatewayHeartbeat, ReleaseRequest, ReportRequest, ScheduleRequest, SCHEDULER_SETTINGS_PATH,
@@ -112,9 +113,6 @@ async fn heartbeat(
         Err(e) => error_response(e),
     }
 }
-
-/// Where an instance is drained.
-pub const DRAIN_PATH: &str = "/v1/instances/drain";
 
 /// `POST /v1/instances/drain`: stops placing on the instance and moves everything running
 /// there elsewhere; answers once it is empty (or the time is up) with the counts.

@@ -162,7 +162,12 @@ impl SchedulerMetrics {
                 v.status.as_ref().map_or(0.0, |s| s.num_waiting as f64)
             }),
             ("instance_cms_loading_requests", |v| {
-                v.status.as_ref().map_or(0.0, |s| s.num_swapped as f64)
+                v.status.as_ref().map_or(0.0, |s| s.num_loading as f64)
+            }),
+            ("instance_cms_tokens_loading_requests", |v| {
+                v.status
+                    .as_ref()
+                    .map_or(0.0, |s| s.loading_kv_tokens as f64)
             }),
             ("instance_cms_running_requests", |v| {
                 v.status.as_ref().map_or(0.0, |s| s.num_running as f64)

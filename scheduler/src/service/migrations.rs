@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use switchyard_protocol::clock::unix_now;
 use switchyard_protocol::migration::{MigrateRequest, MigrateResponse, MIGRATIONS_PATH};
 use switchyard_protocol::openai::ApiError;
+use switchyard_protocol::secret::Secret;
 
 /// Which request an engine moves first: the one with the least KV (Llumnix's "SR", shortest
 /// running); the `order` label.
@@ -39,6 +40,7 @@ pub struct Migrations {
     client: reqwest::Client,
     busy: Mutex<HashSet<String>>,
     metrics: MigrationMetrics,
+    key: Option<Secret>,
 }
 
 impl Migrations {
@@ -51,7 +53,13 @@ impl Migrations {
                 .unwrap_or_default(),
             busy: Mutex::default(),
             metrics: MigrationMetrics::new(registry)?,
+            key: None,
         })
+    }
+
+    /// Presents `key` to the engines from now on.
+    pub fn set_key(&mut self, key: Option<Secret>) {
+        self.key = key;
     }
 
     fn busy(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
@@ -88,8 +96,11 @@ pub struct DrainReport {
     pub migrated: usize,
     /// Requests moved by recomputation (none: a drain only migrates).
     pub recomputed: usize,
-    /// Moves that failed (the request went on where it was, and was tried again).
+    /// Moves that failed (the request went on where it was, and was tried again); requests that
+    /// finished before their move are not counted.
     pub failed: usize,
+    /// The failed moves by reason.
+    pub failed_by_reason: std::collections::BTreeMap<String, usize>,
     /// Requests still there when the drain stopped (0 when it emptied the instance).
     pub remaining: u32,
     /// Seconds the drain took.
@@ -141,13 +152,15 @@ impl SchedulerService {
             requests,
             reason: Some(rule.to_string()),
         };
-        let sent = self
+        let mut call = self
             .migrations
             .client
             .post(format!("{from}{MIGRATIONS_PATH}"))
-            .json(&ask)
-            .send()
-            .await;
+            .json(&ask);
+        if let Some(key) = &self.migrations.key {
+            call = call.bearer_auth(key.expose());
+        }
+        let sent = call.send().await;
         let answer = match sent {
             Ok(response) if response.status().is_success() => {
                 response.json::<MigrateResponse>().await.ok()
@@ -212,11 +225,14 @@ impl SchedulerService {
                     .move_requests(&endpoint, &to, rule, running as usize)
                     .await;
                 report.migrated += answer.migrated.len();
-                report.failed += answer
+                let failed = answer
                     .failed
                     .iter()
-                    .filter(|f| f.reason != "no_request")
-                    .count();
+                    .filter(|f| !matches!(f.reason.as_str(), "no_request" | "finished"));
+                for f in failed {
+                    report.failed += 1;
+                    *report.failed_by_reason.entry(f.reason.clone()).or_default() += 1;
+                }
                 if !answer.migrated.is_empty() {
                     continue;
                 }

@@ -11,7 +11,7 @@ mod zmq_events;
 pub use discovery::{
     first_statuses, kind_name, parse_entry, run_discovery, Discovery, FollowSettings,
 };
-pub use http::{drain_router, router, DRAIN_PATH};
+pub use http::{drain_router, router};
 pub use metrics::SchedulerMetrics;
 pub use migrations::{run_rescheduler, DrainReport, DrainRequest};
 pub use sources::{probe_model, scrape_instance, watch_switchyard_instance};
@@ -45,6 +45,12 @@ impl SchedulerService {
             metrics,
             migrations,
         })
+    }
+
+    /// The same service, presenting `key` to the engines it asks to move requests.
+    pub fn with_engine_key(mut self, key: Option<switchyard_protocol::secret::Secret>) -> Self {
+        self.migrations.set_key(key);
+        self
     }
 
     fn core(&self) -> std::sync::MutexGuard<'_, Scheduler> {
@@ -81,6 +87,13 @@ impl SchedulerService {
     /// Whether an instance is known.
     pub fn has_instance(&self, id: &str) -> bool {
         self.core().instance(id).is_some()
+    }
+
+    /// Whether instance `id` is being drained and still answers.
+    pub fn is_draining(&self, id: &str) -> bool {
+        self.core()
+            .instance(id)
+            .is_some_and(|s| s.draining && s.reachable)
     }
 
     /// Whether instance `id` is known and may take requests now.
