@@ -6,10 +6,10 @@ Runs two simulated engines (Llama-3.1-8B on H100 by default, real time), a sched
 follows an instances file, and a gateway, all separate processes. The file names engine A only
 while N streaming completions start (so all N run on A), then engine B too; once B is
 schedulable, `POST /v1/instances/drain` empties A while more requests keep arriving (--load
-requests a second, placed on B since A is draining). Prints the drain's answer, the sum of the
-moves' own durations (the scheduler's `scheduler_migration_duration_milliseconds_sum`, the
-transfer time) and the drain's time beyond it, and checks that every stream ended with all its
-tokens and `[DONE]`.
+requests a second, placed on B since A is draining). Prints the drain's answer, the time the
+KV of the blocks moved takes over the simulated link (blocks x block bytes / 25 Gb/s, plus 1 ms a
+stage) and the drain's time beyond it, the moves' own durations, and checks that every stream
+ended with all its tokens and `[DONE]`.
 
     scripts/drain_under_load.py [--binary target/release/switchyard] [--requests 64]
                                 [--tokens 2000] [--load 20]
@@ -90,6 +90,8 @@ def main():
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--load", type=float, default=20.0)
     parser.add_argument("--sim-model", default="llama-3.1-8b")
+    parser.add_argument("--kv-bytes-per-token", type=int, default=131072,
+                        help="the model's KV bytes per token (Llama-3.1-8B: 131072)")
     args = parser.parse_args()
     urls = [f"http://127.0.0.1:{p}" for p in ENGINES]
     folder = tempfile.mkdtemp()
@@ -143,13 +145,17 @@ def main():
         for t in threads:
             t.join()
         moves_ms = metric(SCHEDULER, "scheduler_migration_duration_milliseconds_sum")
+        blocks = metric(SCHEDULER, "scheduler_migration_blocks_sum")
+        transfer = blocks * 16 * args.kv_bytes_per_token * 8 / 25e9
         pause = metric(SCHEDULER, "scheduler_migration_downtime_milliseconds_sum")
         count = metric(SCHEDULER, "scheduler_migration_downtime_milliseconds_count")
         bad = {i: r for i, r in results.items() if r != "whole"}
         print(json.dumps(report))
-        print(f"drain wall {wall:.2f} s; moves' own durations sum to {moves_ms / 1e3:.2f} s; "
-              f"beyond them {report['seconds'] - moves_ms / 1e3:.2f} s; mean pause "
-              f"{pause / max(count, 1):.2f} ms over {count:.0f} moves")
+        print(f"drain {report['seconds']:.2f} s (wall {wall:.2f} s); KV transfer time "
+              f"{transfer:.2f} s ({blocks:.0f} blocks), beyond it "
+              f"{report['seconds'] - transfer:.2f} s; moves' own durations sum to "
+              f"{moves_ms / 1e3:.2f} s; mean pause {pause / max(count, 1):.2f} ms over "
+              f"{count:.0f} moves")
         print(f"{len(results)} requests (the {args.requests} drained and the load), "
               f"{len(results) - len(bad)} whole, {len(bad)} not: {dict(list(bad.items())[:5])}")
         if bad or report["failed"] or report["remaining"]:

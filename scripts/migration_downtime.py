@@ -18,6 +18,7 @@ pause the source reported (suspended_ms) and the KV bytes moved.
 
     scripts/migration_downtime.py [--binary target/release/switchyard] [--lengths 256,2048,8192]
                                   [--trials 10] [--model builtin]
+                                  [--ways migration,recomputation]
 """
 
 import argparse
@@ -166,6 +167,7 @@ def main():
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--move-after", type=int, default=16)
+    parser.add_argument("--ways", default="migration,recomputation")
     args = parser.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
     cluster = Cluster(args.binary, args.model, max(lengths) + args.tokens + 16)
@@ -174,7 +176,7 @@ def main():
     print("|---|---|---|---|---|---|---|")
     try:
         for length in lengths:
-            for way in ("migration", "recomputation"):
+            for way in args.ways.split(","):
                 rows = [trial(cluster, length, way, args.tokens, args.move_after)
                         for _ in range(args.trials)]
                 downs = [r[0] * 1e3 for r in rows]

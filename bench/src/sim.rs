@@ -51,8 +51,8 @@ pub struct SimArgs {
     #[arg(long, default_value = "0")]
     pub kv_offloading_size: NonNegative,
     /// Move running requests between instances (live migration, with the scheduler's
-    /// rescheduler). Off by default while real engines cannot migrate yet, so that `sim`
-    /// models the cluster `serve` runs.
+    /// rescheduler), as `scheduler --rescheduling` does. Off by default, as there, until it
+    /// helps on every workload of the policy suite.
     #[arg(long)]
     pub rescheduling: bool,
     /// Bandwidth of the link KV moves over between instances, in Gb/s.

@@ -11,7 +11,7 @@
 
 use crate::instance::{Exported, Instance, MoveFailure, Picked, Suspend};
 use crate::migration::{KvChunk, MovedSeq, MAX_STAGES};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use switchyard_protocol::migration::*;
 use switchyard_protocol::openai::ErrorResponse;
@@ -34,6 +34,8 @@ pub struct Mover {
     client: reqwest::Client,
     lanes: Semaphore,
     admin_key: Option<Secret>,
+    /// When a simulated link is free again.
+    link_free: Mutex<tokio::time::Instant>,
 }
 
 impl Mover {
@@ -48,12 +50,13 @@ impl Mover {
             client,
             lanes: Semaphore::new(MOVES_OUT_AT_ONCE),
             admin_key,
+            link_free: Mutex::new(tokio::time::Instant::now()),
         }
     }
 }
 
-/// Moves what `ask` names from `instance` to its destination, one request after another, and
-/// says how each went.
+/// Moves what `ask` names from `instance` to its destination, [`MOVES_OUT_AT_ONCE`] requests at
+/// a time, and says how each went.
 pub async fn migrate(instance: &Arc<Instance>, ask: &MigrateRequest) -> MigrateResponse {
     let mut response = MigrateResponse::default();
     let picked = instance
@@ -74,11 +77,19 @@ pub async fn migrate(instance: &Arc<Instance>, ask: &MigrateRequest) -> MigrateR
         base: ask.destination.trim_end_matches('/'),
         key: instance.mover.admin_key.as_ref(),
     };
-    for p in picked {
-        let Ok(_lane) = instance.mover.lanes.acquire().await else {
-            break;
-        };
-        match move_one(instance, &peer, &p).await {
+    let moves = picked.into_iter().map(|p| {
+        let peer = &peer;
+        async move {
+            let lane = instance.mover.lanes.acquire().await;
+            let outcome = match lane {
+                Ok(_lane) => move_one(instance, peer, &p).await,
+                Err(_) => Err(MoveFailure::new("shutdown", "the engine is shutting down")),
+            };
+            (p, outcome)
+        }
+    });
+    for (p, outcome) in futures::future::join_all(moves).await {
+        match outcome {
             Ok(moved) => response.migrated.push(moved),
             Err(failure) => {
                 instance.give_up_move(p.seq);
@@ -170,7 +181,11 @@ async fn copy_and_commit(
     suspended_at: &mut Option<Instant>,
 ) -> Result<(), MoveFailure> {
     let block_size = instance.info.block_size;
-    let chunk_blocks = (MAX_CHUNK_BYTES as u64 / instance.kv_block_bytes).max(1) as usize;
+    // A simulated backend sends no bytes: a stage is one chunk, whatever the model's size.
+    let chunk_blocks = match instance.kv_bytes_travel {
+        true => (MAX_CHUNK_BYTES as u64 / instance.kv_block_bytes).max(1) as usize,
+        false => usize::MAX,
+    };
     let mut copied = 0;
     let mut from = 0;
     loop {
@@ -193,7 +208,7 @@ async fn copy_and_commit(
             *suspended_at = Some(Instant::now());
         }
         let mut cursor = from + first.chunk.num_blocks;
-        send(peer, ticket, first, sent).await?;
+        send(&instance.mover, peer, ticket, first, sent).await?;
         while cursor < stage_end {
             let suspend = if moved.is_some() {
                 Suspend::Yes
@@ -208,7 +223,7 @@ async fn copy_and_commit(
             }
             cursor += next.chunk.num_blocks;
             moved = next.moved.clone().or(moved);
-            send(peer, ticket, next, sent).await?;
+            send(&instance.mover, peer, ticket, next, sent).await?;
         }
         if let Some(moved) = moved {
             return peer.commit(ticket, &moved).await;
@@ -218,15 +233,23 @@ async fn copy_and_commit(
     }
 }
 
-/// Sends one export's chunk, after the time a simulated link would take.
+/// Sends one export's chunk, after the time a simulated link would take (the instance's moves
+/// share its one link: each waits for the ones before it).
 async fn send(
+    mover: &Mover,
     peer: &Peer<'_>,
     ticket: &str,
     exported: Exported,
     sent: &mut Sent,
 ) -> Result<(), MoveFailure> {
     if exported.modeled_seconds > 0.0 {
-        tokio::time::sleep(Duration::from_secs_f64(exported.modeled_seconds)).await;
+        let done = {
+            let mut free = mover.link_free.lock().unwrap_or_else(|p| p.into_inner());
+            let start = (*free).max(tokio::time::Instant::now());
+            *free = start + Duration::from_secs_f64(exported.modeled_seconds);
+            *free
+        };
+        tokio::time::sleep_until(done).await;
     }
     if exported.chunk.num_blocks == 0 {
         return Ok(());

@@ -124,6 +124,8 @@ pub struct Instance {
     pub metrics: Arc<EngineMetrics>,
     /// Bytes of one KV block in its backend's layout (0: it cannot move KV).
     pub kv_block_bytes: u64,
+    /// Whether its KV moves as bytes (false for a simulated backend, which only waits).
+    pub kv_bytes_travel: bool,
     /// Its means to move requests to other engines.
     pub(crate) mover: crate::mover::Mover,
     /// The key its live-migration endpoints require, if any.
@@ -168,6 +170,7 @@ impl Instance {
             generation_defaults: parts.generation_defaults,
             metrics: metrics.clone(),
             kv_block_bytes: parts.backend.kv_block_bytes(),
+            kv_bytes_travel: parts.backend.modeled_kv_link().is_none(),
             mover: crate::mover::Mover::new(parts.admin_key.clone()),
             admin_key: parts.admin_key,
             commands,
@@ -192,6 +195,7 @@ impl Instance {
             commands: instance.commands.downgrade(),
             stepping: false,
             deferred: Vec::new(),
+            kv_block_bytes: instance.kv_block_bytes,
             moves: moves::Moves::default(),
             core,
             backend: Some(parts.backend),
@@ -309,10 +313,13 @@ struct Driver {
     /// The instance's own command queue, for timers that come back to the driver (weak, so
     /// that the queue closes when the instance goes).
     commands: mpsc::WeakUnboundedSender<Command>,
-    /// Whether a step is under way (planned, not completed): move commands wait for its end.
+    /// Whether a step is under way (planned, not completed): some move commands wait for its
+    /// end.
     stepping: bool,
-    /// Move commands that arrived during a step.
+    /// Move commands that arrived during a step and wait for its end.
     deferred: Vec<moves::MoveCommand>,
+    /// Bytes of one KV block in the backend's layout (0: it cannot move KV).
+    kv_block_bytes: u64,
     /// Moves under way.
     moves: moves::Moves,
     core: EngineCore,
@@ -483,7 +490,11 @@ impl Driver {
                     events: self.kv.subscribe(),
                 });
             }
-            Command::Move(cmd) if self.stepping => self.deferred.push(cmd),
+            Command::Move(cmd)
+                if self.stepping && cmd.waits_for_step_end(self.backend.is_none()) =>
+            {
+                self.deferred.push(cmd)
+            }
             Command::Move(cmd) => self.handle_move(cmd),
             Command::ResetPrefixCache => {
                 self.core.reset_prefix_cache();

@@ -1,8 +1,10 @@
 //! An instance's side of live migration in real time: the commands its HTTP handlers send the
 //! driver for a move out (pick, export, hand over, give up) and a move in (reserve, import,
-//! commit, cancel, attach), and how the driver carries them out. They touch the core and the
-//! backend, so the driver holds them back while a step runs and carries them out right after
-//! it. The copying over HTTP is [`crate::mover`]'s; the core's part is [`crate::migration`].
+//! commit, cancel, attach), and how the driver carries them out. Exports (which read KV a step
+//! may be writing, and may suspend a sequence a step runs) and imports while a step has the
+//! backend wait for the step's end; the rest touch only sequences and blocks no step under way
+//! uses, and are carried out at once. The copying over HTTP is [`crate::mover`]'s; the core's
+//! part is [`crate::migration`].
 
 use super::{Command, Driver, Instance};
 use crate::batching::SeqId;
@@ -131,6 +133,18 @@ pub(super) enum MoveCommand {
         tokens: Vec<u32>,
         reply: oneshot::Sender<Result<Attached, ApiError>>,
     },
+}
+
+impl MoveCommand {
+    /// Whether it must wait for the end of a step under way; `backend_away` when the step has
+    /// the backend on another thread.
+    pub(super) fn waits_for_step_end(&self, backend_away: bool) -> bool {
+        match self {
+            MoveCommand::Export { .. } => true,
+            MoveCommand::Import { .. } => backend_away,
+            _ => false,
+        }
+    }
 }
 
 /// A moved-in request's events, for the stream that continues it.
@@ -420,7 +434,7 @@ impl Driver {
         if suspend_now && self.core.suspend(seq, unix_now()) {
             self.dirty = true;
         }
-        let backend = self.backend.as_ref().expect("moves run between steps");
+        let backend = self.backend.as_ref().expect("exports run between steps");
         let blocks = self.core.blocks_of(seq).unwrap_or_default();
         let blocks_computed = computed.div_ceil(block_size).min(blocks.len());
         let end = blocks_computed.min(from_block.saturating_add(max_blocks));
@@ -455,7 +469,6 @@ impl Driver {
     }
 
     fn reserve(&mut self, ask: ReserveRequest) -> Result<String, ApiError> {
-        let backend = self.backend.as_ref().expect("moves run between steps");
         let mismatch = |what: &str| {
             Err(ApiError::invalid_request(format!(
                 "This engine cannot take the request in: {what}."
@@ -471,13 +484,13 @@ impl Driver {
         if ask.block_size != self.core.config().block_size {
             return mismatch("its KV blocks are of another size");
         }
-        if backend.kv_block_bytes() == 0 {
+        if self.kv_block_bytes == 0 {
             return Err(ApiError::invalid_request(
                 "This engine's backend cannot take KV from another engine yet.",
             )
             .with_code("unsupported"));
         }
-        if ask.kv_block_bytes != backend.kv_block_bytes() {
+        if ask.kv_block_bytes != self.kv_block_bytes {
             return mismatch("its KV blocks hold another number of bytes (another model shape)");
         }
         if self.moves.incoming.len() + self.moves.arrived.len() >= MAX_INCOMING {
@@ -515,7 +528,7 @@ impl Driver {
             );
         }
         self.dirty = true;
-        let backend = self.backend.as_mut().expect("moves run between steps");
+        let backend = self.backend.as_mut().expect("imports wait for the backend");
         let result = backend
             .import_kv(&reservation.blocks()[chunk.first_block..end], &chunk.bytes)
             .map_err(|e| ApiError::invalid_request(e.to_string()).with_code("shape_mismatch"));
