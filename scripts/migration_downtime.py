@@ -82,6 +82,15 @@ class Cluster:
         wait_healthy(GATEWAY)
         wait_schedulable(2)
         self.vocab = self.vocab_size()
+        self.name = json.loads(call(f"http://127.0.0.1:{ENGINES[0]}/v1/models"))["data"][0]["id"]
+        # The gateway learns the model from the engines: wait until it answers for it.
+        for _ in range(100):
+            try:
+                call(f"http://127.0.0.1:{GATEWAY}/v1/completions",
+                     {"model": self.name, "prompt": [300], "max_tokens": 1})
+                break
+            except urllib.error.HTTPError:
+                time.sleep(0.1)
 
     def vocab_size(self):
         """The vocabulary size, which an engine names when it refuses an id past it."""
@@ -118,7 +127,8 @@ def trial(cluster, length, way, tokens, move_after):
     """One stream of `length` prompt tokens moved `way`; (downtime s, step s, report)."""
     rid = f"{way}-{length}-{random.getrandbits(40):x}"
     prompt = [random.randrange(300, cluster.vocab) for _ in range(length)]
-    body = json.dumps({"prompt": prompt, "max_tokens": tokens, "ignore_eos": True,
+    body = json.dumps({"model": cluster.name, "prompt": prompt, "max_tokens": tokens,
+                       "ignore_eos": True,
                        "temperature": 0, "stream": True}).encode()
     request = urllib.request.Request(
         f"http://127.0.0.1:{GATEWAY}/v1/completions", data=body,

@@ -444,12 +444,22 @@ impl EngineCore {
                 status.num_waiting += 1;
             }
             status.waiting_prefill_tokens += seq.num_uncomputed() as u64;
+            status.waiting_top_priority = Some(
+                status
+                    .waiting_top_priority
+                    .map_or(seq.priority, |p| p.min(seq.priority)),
+            );
         }
         for seq in self.batcher.running() {
             status.num_running += 1;
             if seq.is_decoding() {
                 status.num_decoding += 1;
                 status.decode_tokens += seq.tokens.len() as u64;
+                status.decoding_last_priority = Some(
+                    status
+                        .decoding_last_priority
+                        .map_or(seq.priority, |p| p.max(seq.priority)),
+                );
             } else {
                 status.running_prefill_tokens += (seq.prompt_len - seq.num_computed) as u64;
             }

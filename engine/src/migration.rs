@@ -18,6 +18,7 @@ use crate::core::EngineCore;
 use crate::kv::BlockId;
 use crate::sampling::{SamplingParams, StopParams};
 use crate::trace::TraceKind;
+use switchyard_protocol::migration::MoveFirst;
 
 /// Copy stages of a move before the last one (with the sequence suspended) is forced even if
 /// more than a block was computed during the stage before.
@@ -100,17 +101,22 @@ impl KvChunk {
 }
 
 impl EngineCore {
-    /// Running sequences past their prompt, the ones that can move, cheapest (fewest tokens)
-    /// first.
-    pub fn movable(&self) -> Vec<(SeqId, usize)> {
-        let mut seqs: Vec<(SeqId, usize)> = self
+    /// Running sequences past their prompt, the ones that can move, with their computed
+    /// tokens, in the order `first` says (ties: fewest tokens, then oldest).
+    pub fn movable(&self, first: MoveFirst) -> Vec<(SeqId, usize)> {
+        let mut seqs: Vec<(i64, usize, SeqId)> = self
             .batcher()
             .running()
             .filter(|s| s.is_decoding())
-            .map(|s| (s.id, s.num_computed))
+            .map(|s| match first {
+                MoveFirst::LeastKv => (0, s.num_computed, s.id),
+                MoveFirst::LeastUrgent => (-s.priority, s.num_computed, s.id),
+            })
             .collect();
-        seqs.sort_by_key(|&(id, tokens)| (tokens, id));
-        seqs
+        seqs.sort_unstable();
+        seqs.into_iter()
+            .map(|(_, tokens, id)| (id, tokens))
+            .collect()
     }
 
     /// Leading tokens of `seq` whose KV is computed (what a copy stage can send), while it runs
@@ -278,6 +284,15 @@ mod tests {
     }
 
     fn add(core: &mut EngineCore, prompt: Vec<u32>, max_tokens: u32) -> SeqId {
+        add_urgent(core, prompt, max_tokens, 0)
+    }
+
+    fn add_urgent(
+        core: &mut EngineCore,
+        prompt: Vec<u32>,
+        max_tokens: u32,
+        priority: i64,
+    ) -> SeqId {
         core.add(
             NewSeq {
                 request_id: "r".into(),
@@ -288,7 +303,7 @@ mod tests {
                     ignore_eos: true,
                     ..StopParams::default()
                 },
-                priority: 0,
+                priority,
             },
             0.0,
         )
@@ -473,12 +488,39 @@ mod tests {
         let mut source = core(64, 4);
         let long = add(&mut source, (1..=20).collect(), 8);
         let short = add(&mut source, (1..=6).collect(), 8);
-        assert!(source.movable().is_empty(), "nothing computed yet");
+        assert!(
+            source.movable(MoveFirst::LeastKv).is_empty(),
+            "nothing computed yet"
+        );
         step(&mut source, 0.0);
-        assert_eq!(source.movable(), vec![(short, 6), (long, 20)]);
+        assert_eq!(
+            source.movable(MoveFirst::LeastKv),
+            vec![(short, 6), (long, 20)]
+        );
         assert!(
             source.hand_over(short, 1.0).is_none(),
             "only a suspended sequence is handed over"
+        );
+    }
+
+    #[test]
+    fn to_make_room_for_urgent_requests_the_least_urgent_moves_first() {
+        let mut source = core(64, 4);
+        let urgent = add_urgent(&mut source, (1..=6).collect(), 8, -1);
+        let relaxed = add_urgent(&mut source, (1..=20).collect(), 8, 5);
+        let plain = add(&mut source, (1..=4).collect(), 8);
+        step(&mut source, 0.0);
+        assert_eq!(
+            source.movable(MoveFirst::LeastUrgent),
+            vec![(relaxed, 20), (plain, 4), (urgent, 6)]
+        );
+        let status = source.status(1.0, Vec::new());
+        assert_eq!(status.decoding_last_priority, Some(5));
+        assert_eq!(status.waiting_top_priority, None);
+        add_urgent(&mut source, (1..=3).collect(), 8, -7);
+        assert_eq!(
+            source.status(1.0, Vec::new()).waiting_top_priority,
+            Some(-7)
         );
     }
 }

@@ -60,7 +60,7 @@ impl Mover {
 pub async fn migrate(instance: &Arc<Instance>, ask: &MigrateRequest) -> MigrateResponse {
     let mut response = MigrateResponse::default();
     let picked = instance
-        .pick_moves(ask.request_id.clone(), ask.requests)
+        .pick_moves(ask.request_id.clone(), ask.requests, ask.first)
         .await;
     if picked.is_empty() {
         response.failed.push(FailedMigration {

@@ -51,6 +51,12 @@ pub struct EngineStatus {
     /// KV tokens reserved for the requests arriving.
     #[serde(default)]
     pub loading_kv_tokens: u64,
+    /// The most urgent (lowest) `priority` among waiting requests, if any wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_top_priority: Option<i64>,
+    /// The least urgent (highest) `priority` among requests past their prompt, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decoding_last_priority: Option<i64>,
     /// Prompt tokens not yet computed of waiting requests.
     pub waiting_prefill_tokens: u64,
     /// Prompt tokens not yet computed of running requests.

@@ -84,6 +84,31 @@ pub struct MigrateRequest {
     /// Why (a label for the counts: `load_balance`, `room`, `drain`, ...); `manual` if not given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Which requests go first when none is named.
+    #[serde(default)]
+    pub first: MoveFirst,
+}
+
+/// Which running requests a source moves first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MoveFirst {
+    /// The one with the least KV, the cheapest to copy (Llumnix's SR, shortest running).
+    #[default]
+    LeastKv,
+    /// The least urgent (the highest `priority` value), then the least KV: to make room for
+    /// more urgent requests waiting.
+    LeastUrgent,
+}
+
+impl MoveFirst {
+    /// The `order` label of the rescheduling counters.
+    pub fn label(self) -> &'static str {
+        match self {
+            MoveFirst::LeastKv => "SR",
+            MoveFirst::LeastUrgent => "priority",
+        }
+    }
 }
 
 fn one() -> usize {

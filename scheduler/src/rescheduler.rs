@@ -7,6 +7,9 @@
 //! alone would overflow the cache. Every round pairs the least free instances of a model with
 //! the freest ones:
 //!
+//! - **priority**: an instance that holds back a waiting request (its prompt does not fit, or
+//!   every running seat is taken) more urgent than one it runs hands its least urgent running
+//!   request to one that has room;
 //! - **room**: an instance whose queued prompts do not fit its free cache (it is holding requests
 //!   back, or preempting) hands a running request to one that has room;
 //! - **balance**: an instance whose freeness is below `balance_below` hands one to an instance
@@ -24,11 +27,13 @@
 //! A pair is taken only when the move leaves the destination still freer than the source after
 //! it (counted with the source's mean request), so a request never bounces back. Instances
 //! already moving a request, in or out, sit the round out. Which request moves is the engine's
-//! choice (the cheapest to copy).
+//! choice, in the order the reason asks ([`MoveReason::first`]): the least urgent for priority,
+//! else the cheapest to copy.
 
 use crate::cms::{Cms, InstanceState};
 use std::collections::HashSet;
 use switchyard_protocol::engine_state::EngineStatus;
+use switchyard_protocol::migration::MoveFirst;
 
 /// When the rescheduler moves requests.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -65,6 +70,8 @@ pub enum MoveReason {
     Interference,
     /// Its instance is being emptied.
     Drain,
+    /// Its instance holds back a more urgent request.
+    Priority,
 }
 
 impl MoveReason {
@@ -75,6 +82,15 @@ impl MoveReason {
             MoveReason::Balance => "load_balance",
             MoveReason::Interference => "interference",
             MoveReason::Drain => "drain",
+            MoveReason::Priority => "priority",
+        }
+    }
+
+    /// Which request the source moves first for this reason.
+    pub fn first(self) -> MoveFirst {
+        match self {
+            MoveReason::Priority => MoveFirst::LeastUrgent,
+            _ => MoveFirst::LeastKv,
         }
     }
 }
@@ -105,6 +121,9 @@ struct Load {
     backlog_steps: f64,
     /// Requests past their prompt.
     decoding: u32,
+    /// Whether it holds back a waiting request more urgent than one it runs: short of KV or of
+    /// running seats, with a waiting priority below a decoding one.
+    inverted: bool,
 }
 
 impl Load {
@@ -129,6 +148,16 @@ impl Load {
                 }
             },
             decoding: status.num_decoding,
+            inverted: {
+                let seats_full =
+                    status.max_num_seqs > 0 && status.num_running >= status.max_num_seqs;
+                let held_back = status.num_waiting > 0 && (queued > free || seats_full);
+                let more_urgent = matches!(
+                    (status.waiting_top_priority, status.decoding_last_priority),
+                    (Some(w), Some(r)) if w < r
+                );
+                held_back && more_urgent
+            },
         })
     }
 
@@ -167,7 +196,10 @@ pub fn plan_moves(
     }
     let mut moves = Vec::new();
     for (_, mut loads) in by_model {
-        loads.sort_by(|a, b| a.1.freeness().total_cmp(&b.1.freeness()));
+        // Instances holding back more urgent requests first, then the least free.
+        loads.sort_by(|a, b| {
+            (b.1.inverted.cmp(&a.1.inverted)).then(a.1.freeness().total_cmp(&b.1.freeness()))
+        });
         let (mut lo, mut hi) = (0, loads.len());
         while lo + 1 < hi {
             let (from, src) = loads[lo];
@@ -238,10 +270,13 @@ fn interferes(src: &Load, dst: &Load, config: &ReschedulerConfig) -> bool {
 
 /// Why `src` should hand a request to `dst` for want of KV room, if it should.
 fn memory_reason(src: &Load, dst: &Load, config: &ReschedulerConfig) -> Option<MoveReason> {
+    let moved = src.mean_request;
+    if src.inverted && !dst.short && !dst.inverted && dst.room >= moved {
+        return Some(MoveReason::Priority);
+    }
     if src.running < 2.0 {
         return None;
     }
-    let moved = src.mean_request;
     let settles = dst.freeness_after(moved, 1.0) > src.freeness_after(-moved, -1.0);
     if !settles || dst.short || dst.room < moved {
         return None;
@@ -309,6 +344,39 @@ mod tests {
             plan(&cms, &["idle"]),
             vec![("full".into(), "half".into(), MoveReason::Room)],
             "an instance already moving a request sits the round out"
+        );
+    }
+
+    #[test]
+    fn an_urgent_request_held_back_makes_the_least_urgent_one_move() {
+        // Every seat taken, an urgent request (priority -5) waiting behind running ones of
+        // priority up to 3; plenty of KV room everywhere, so no memory reason applies.
+        let seats_full = EngineStatus {
+            max_num_seqs: 8,
+            num_decoding: 8,
+            waiting_top_priority: Some(-5),
+            decoding_last_priority: Some(3),
+            ..status(10_000, 8, 1, 100)
+        };
+        let cms_of =
+            |held: EngineStatus| cms(&[("held", "m", held), ("free", "m", status(1_000, 1, 0, 0))]);
+        assert_eq!(
+            plan(&cms_of(seats_full.clone()), &[]),
+            vec![("held".into(), "free".into(), MoveReason::Priority)]
+        );
+        assert_eq!(MoveReason::Priority.first(), MoveFirst::LeastUrgent);
+        let not_more_urgent = EngineStatus {
+            waiting_top_priority: Some(3),
+            ..seats_full.clone()
+        };
+        assert!(plan(&cms_of(not_more_urgent), &[]).is_empty());
+        let seat_free = EngineStatus {
+            num_running: 7,
+            ..seats_full
+        };
+        assert!(
+            plan(&cms_of(seat_free), &[]).is_empty(),
+            "nothing is held back while a seat and KV are free"
         );
     }
 

@@ -560,3 +560,85 @@ async fn a_stalled_destination_is_given_up_and_the_request_goes_on() {
         "the request went on at its source"
     );
 }
+
+#[tokio::test]
+async fn the_rescheduler_moves_the_least_urgent_request_to_make_room_for_an_urgent_one() {
+    // Engine A has two running seats; the scheduler follows a file that names A alone while two
+    // relaxed requests (priority 5) fill them, then B too.
+    let seats = ["--sim-time-scale", "1", "--max-num-seqs", "2"];
+    let engines = vec![
+        Process::engine(1, &seats).await,
+        Process::engine(1, &seats).await,
+    ];
+    let file = switchyard_tests::test_cache_dir()
+        .join(format!("instances-priority-{}", std::process::id()));
+    std::fs::write(&file, format!("{}\n", engines[0].url(0))).unwrap();
+    let scheduler = Process::scheduler(&[
+        "--instances-file",
+        file.to_str().unwrap(),
+        "--discovery-interval",
+        "0.2",
+        "--rescheduling",
+    ])
+    .await;
+    let gateway = Process::gateway(&["--scheduler", &scheduler.url(0)]).await;
+    let client = reqwest::Client::new();
+    until_schedulable(&client, &scheduler.url(0), 1).await;
+    until_completing(&gateway.url(0)).await;
+    let relaxed = json!({"prompt": "relaxed", "max_tokens": 3000, "ignore_eos": true,
+        "temperature": 0, "priority": 5, "stream": true});
+    let mut streams = Vec::new();
+    for _ in 0..2 {
+        let response = client
+            .post(format!("{}/v1/completions", gateway.url(0)))
+            .json(&relaxed)
+            .send()
+            .await
+            .unwrap();
+        let mut body = response.bytes_stream();
+        body.next().await.unwrap().unwrap();
+        streams.push(tokio::spawn(async move {
+            let mut text = String::new();
+            while let Some(piece) = body.next().await {
+                text.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
+            }
+            text
+        }));
+    }
+    std::fs::write(
+        &file,
+        format!("{}\n{}\n", engines[0].url(0), engines[1].url(0)),
+    )
+    .unwrap();
+    until_schedulable(&client, &scheduler.url(0), 2).await;
+    // An urgent request straight to A, where both seats are taken.
+    let started = std::time::Instant::now();
+    let urgent: Value = client
+        .post(format!("{}/v1/completions", engines[0].url(0)))
+        .json(&json!({"prompt": "urgent", "max_tokens": 20, "priority": -5}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(urgent["usage"]["completion_tokens"], 20, "{urgent}");
+    assert!(
+        started.elapsed().as_secs_f64() < 5.0,
+        "it got a seat long before the relaxed requests ended"
+    );
+    let metrics = metrics_text(&client, &scheduler.url(0)).await;
+    assert!(
+        metric_value(
+            &metrics,
+            "scheduler_rescheduling_total{order=\"priority\",rule=\"priority\"}"
+        ) >= 1.0,
+        "{metrics}"
+    );
+    for stream in streams {
+        assert!(
+            read_stream(&stream.await.unwrap()).done,
+            "the moved ones go on"
+        );
+    }
+}

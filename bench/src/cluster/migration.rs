@@ -78,7 +78,8 @@ impl Cluster {
             else {
                 continue;
             };
-            let Some(&(seq, tokens)) = self.nodes[from].core.movable().first() else {
+            let movable = self.nodes[from].core.movable(order.reason.first());
+            let Some(&(seq, tokens)) = movable.first() else {
                 continue;
             };
             let Some(reservation) = self.nodes[to].core.reserve(tokens + 1) else {

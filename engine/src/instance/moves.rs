@@ -13,7 +13,7 @@ use crate::migration::{KvChunk, MovedSeq, Reservation};
 use rustc_hash::FxHashMap;
 use std::time::Duration;
 use switchyard_protocol::clock::unix_now;
-use switchyard_protocol::migration::{MigratedTo, ReserveRequest};
+use switchyard_protocol::migration::{MigratedTo, MoveFirst, ReserveRequest};
 use switchyard_protocol::openai::{ApiError, FinishReason};
 use tokio::sync::{mpsc, oneshot};
 
@@ -91,6 +91,7 @@ pub(super) enum MoveCommand {
     Pick {
         request_id: Option<String>,
         count: usize,
+        first: MoveFirst,
         reply: oneshot::Sender<Vec<Picked>>,
     },
     Export {
@@ -199,12 +200,18 @@ impl Instance {
         answer.await.ok()
     }
 
-    /// Picks up to `count` requests to move out (or the one named), cheapest first; only those
-    /// whose client can follow a move, past their prompt, and not moving already.
-    pub async fn pick_moves(&self, request_id: Option<String>, count: usize) -> Vec<Picked> {
+    /// Picks up to `count` requests to move out (or the one named), in the order `first` says;
+    /// only those whose client can follow a move, past their prompt, and not moving already.
+    pub async fn pick_moves(
+        &self,
+        request_id: Option<String>,
+        count: usize,
+        first: MoveFirst,
+    ) -> Vec<Picked> {
         self.ask(|reply| MoveCommand::Pick {
             request_id,
             count,
+            first,
             reply,
         })
         .await
@@ -312,9 +319,10 @@ impl Driver {
             MoveCommand::Pick {
                 request_id,
                 count,
+                first,
                 reply,
             } => {
-                let _ = reply.send(self.pick(request_id, count));
+                let _ = reply.send(self.pick(request_id, count, first));
             }
             MoveCommand::Export {
                 seq,
@@ -383,9 +391,9 @@ impl Driver {
         }
     }
 
-    fn pick(&mut self, request_id: Option<String>, count: usize) -> Vec<Picked> {
+    fn pick(&mut self, request_id: Option<String>, count: usize, first: MoveFirst) -> Vec<Picked> {
         let mut picked = Vec::new();
-        for (seq, tokens) in self.core.movable() {
+        for (seq, tokens) in self.core.movable(first) {
             if picked.len() >= count {
                 break;
             }

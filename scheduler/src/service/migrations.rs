@@ -14,10 +14,6 @@ use switchyard_protocol::migration::{MigrateRequest, MigrateResponse, MIGRATIONS
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::secret::Secret;
 
-/// Which request an engine moves first: the one with the least KV (Llumnix's "SR", shortest
-/// running); the `order` label.
-const ORDER: &str = "SR";
-
 /// How long one migration call may take (the engine answers once its moves are done).
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -76,9 +72,7 @@ pub async fn run_rescheduler(service: Arc<SchedulerService>, config: Rescheduler
         for (order, from, to) in service.plan_round(&config) {
             let service = service.clone();
             tokio::spawn(async move {
-                service
-                    .move_requests(&from, &to, order.reason.label(), 1)
-                    .await;
+                service.move_requests(&from, &to, order.reason, 1).await;
                 let mut busy = service.migrations.busy();
                 busy.remove(&order.from);
                 busy.remove(&order.to);
@@ -138,19 +132,21 @@ impl SchedulerService {
     }
 
     /// Asks the engine at `from` to move `requests` running requests to the engine at `to`, for
-    /// `rule`, and counts what happened.
+    /// `reason`, and counts what happened.
     pub async fn move_requests(
         &self,
         from: &str,
         to: &str,
-        rule: &str,
+        reason: MoveReason,
         requests: usize,
     ) -> MigrateResponse {
+        let (rule, order) = (reason.label(), reason.first().label());
         let ask = MigrateRequest {
             destination: to.to_string(),
             request_id: None,
             requests,
             reason: Some(rule.to_string()),
+            first: reason.first(),
         };
         let mut call = self
             .migrations
@@ -169,15 +165,15 @@ impl SchedulerService {
         };
         let metrics = &self.migrations.metrics;
         let Some(answer) = answer else {
-            metrics.on_failed(rule, "unreachable");
+            metrics.on_failed(rule, order, "unreachable");
             return MigrateResponse::default();
         };
         for moved in &answer.migrated {
-            metrics.on_moved(rule, moved);
+            metrics.on_moved(rule, order, moved);
         }
         // A source with nothing to move was not asked to move a request that exists.
         for failed in answer.failed.iter().filter(|f| f.reason != "no_request") {
-            metrics.on_failed(rule, &failed.reason);
+            metrics.on_failed(rule, order, &failed.reason);
         }
         answer
     }
@@ -220,9 +216,8 @@ impl SchedulerService {
                 break;
             }
             if let (true, Some(to)) = (running > 0, destination) {
-                let rule = MoveReason::Drain.label();
                 let answer = self
-                    .move_requests(&endpoint, &to, rule, running as usize)
+                    .move_requests(&endpoint, &to, MoveReason::Drain, running as usize)
                     .await;
                 report.migrated += answer.migrated.len();
                 let failed = answer
@@ -300,8 +295,13 @@ impl MigrationMetrics {
         })
     }
 
-    fn on_moved(&self, rule: &str, moved: &switchyard_protocol::migration::MigratedRequest) {
-        self.rescheduling.with_label_values(&[rule, ORDER]).inc();
+    fn on_moved(
+        &self,
+        rule: &str,
+        order: &str,
+        moved: &switchyard_protocol::migration::MigratedRequest,
+    ) {
+        self.rescheduling.with_label_values(&[rule, order]).inc();
         self.downtime.observe(moved.suspended_ms);
         self.duration.observe(moved.duration_ms);
         self.blocks.observe(moved.blocks as f64);
@@ -310,8 +310,8 @@ impl MigrationMetrics {
             .inc_by(moved.bytes);
     }
 
-    fn on_failed(&self, rule: &str, reason: &str) {
-        self.rescheduling.with_label_values(&[rule, ORDER]).inc();
-        self.failed.with_label_values(&[rule, ORDER, reason]).inc();
+    fn on_failed(&self, rule: &str, order: &str, reason: &str) {
+        self.rescheduling.with_label_values(&[rule, order]).inc();
+        self.failed.with_label_values(&[rule, order, reason]).inc();
     }
 }
