@@ -566,7 +566,7 @@ async fn the_rescheduler_moves_the_least_urgent_request_to_make_room_for_an_urge
     // Engine A has two running seats; the scheduler follows a file that names A alone while two
     // relaxed requests (priority 5) fill them, then B too.
     let seats = ["--sim-time-scale", "1", "--max-num-seqs", "2"];
-    let engines = vec![
+    let engines = [
         Process::engine(1, &seats).await,
         Process::engine(1, &seats).await,
     ];
