@@ -642,3 +642,32 @@ async fn the_rescheduler_moves_the_least_urgent_request_to_make_room_for_an_urge
         );
     }
 }
+
+#[tokio::test]
+async fn a_model_directory_moves_as_exactly_as_the_built_in_model() {
+    let dir = switchyard_engine::model::write_builtin_model(
+        &switchyard_tests::test_cache_dir().join("model-dir-migration"),
+    )
+    .unwrap();
+    let args = ["--backend", "cpu", "--model", dir.to_str().unwrap()];
+    let (engines, _scheduler, gateway) = cluster(&args).await;
+    let request = json!({"model": "model-dir-migration", "prompt": "A directory of weights",
+        "max_tokens": 300, "ignore_eos": true, "temperature": 0.9, "seed": 3, "logprobs": 1,
+        "stream": true, "stream_options": {"include_usage": true}});
+    let unmoved = read_stream(&stream_whole(&gateway, "/v1/completions", &request).await);
+    let (text, answer) = stream_moving(
+        &gateway,
+        &engines,
+        "/v1/completions",
+        &request,
+        "dir-moved",
+        None,
+    )
+    .await;
+    assert_eq!(answer["migrated"][0]["request_id"], "dir-moved", "{answer}");
+    let streamed = read_stream(&text);
+    assert!(streamed.done);
+    assert_eq!(streamed.text, unmoved.text);
+    assert_eq!(streamed.logprobs, unmoved.logprobs);
+    assert_eq!(counts(&streamed.usage), counts(&unmoved.usage));
+}
