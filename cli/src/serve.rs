@@ -13,6 +13,7 @@ use switchyard_gateway::launcher::GatewayFlags;
 use switchyard_gateway::shared::ServedModel;
 use switchyard_gateway::upstream::local::LocalEngines;
 use switchyard_gateway::upstream::scheduler_client::SchedulerClient;
+use switchyard_protocol::schedule::InferStage;
 use switchyard_scheduler::launcher::{ReschedulingFlags, SloFlags};
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::service::{
@@ -34,6 +35,19 @@ pub struct ServeArgs {
     /// Engine instances behind the gateway.
     #[arg(long, env = "SWITCHYARD_ENGINES", default_value_t = 2)]
     pub engines: usize,
+    /// Prefill/decode disaggregation: this many prefill engines, which compute each prompt and
+    /// its first token and hand the request, with its KV, to a decode engine (the scheduler
+    /// picks both); with --decode-engines, in place of --engines.
+    #[arg(
+        long,
+        env = "SWITCHYARD_PREFILL_ENGINES",
+        requires = "decode_engines",
+        conflicts_with = "engines"
+    )]
+    pub prefill_engines: Option<usize>,
+    /// Decode engines (see --prefill-engines).
+    #[arg(long, env = "SWITCHYARD_DECODE_ENGINES", requires = "prefill_engines")]
+    pub decode_engines: Option<usize>,
     /// Loopback port of the first engine; engine i listens on engine-port + i.
     #[arg(long, env = "SWITCHYARD_ENGINE_PORT", default_value_t = 8100)]
     pub engine_port: u16,
@@ -58,9 +72,31 @@ pub struct ServeArgs {
     pub engine: EngineArgs,
 }
 
+impl ServeArgs {
+    /// Each engine's role: `--prefill-engines` prefill then `--decode-engines` decode ones, or
+    /// `--engines` with the role of `--role`.
+    fn roles(&self) -> anyhow::Result<Vec<InferStage>> {
+        match (self.prefill_engines, self.decode_engines) {
+            (Some(p), Some(d)) if p > 0 && d > 0 => Ok([InferStage::Prefill]
+                .repeat(p)
+                .into_iter()
+                .chain([InferStage::Decode].repeat(d))
+                .collect()),
+            (Some(_), Some(_)) => {
+                anyhow::bail!("--prefill-engines and --decode-engines must be at least 1")
+            }
+            _ => Ok(vec![self.engine.role; self.engines]),
+        }
+    }
+}
+
 /// Runs engines, scheduler and gateway until Ctrl-C or SIGTERM, then drains.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let mut parts = args.engine.build(args.engines)?;
+    let roles = args.roles()?;
+    let mut parts = args.engine.build(roles.len())?;
+    for (part, role) in parts.iter_mut().zip(roles) {
+        part.info.role = role;
+    }
     for part in &mut parts {
         part.admin_key = args.gateway.admin.admin_key.clone();
     }

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_http::flags::{NonNegative, Positive, SecondsOrZero, Share};
+use switchyard_protocol::schedule::InferStage;
 
 /// Which backend runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -141,6 +142,10 @@ pub struct EngineArgs {
     /// the same name). The cpu and sim backends have it.
     #[arg(long, env = "SWITCHYARD_KV_OFFLOADING_SIZE", default_value = "0")]
     pub kv_offloading_size: NonNegative,
+    /// Role in prefill/decode disaggregation: `prefill` (computes prompts and hands each
+    /// request to the decode engine the scheduler names), `decode`, or `neutral` (both).
+    #[arg(long, env = "SWITCHYARD_ROLE", default_value = "neutral")]
+    pub role: InferStage,
     /// Bandwidth, in Gb/s, of the link a simulated engine's KV moves over to another engine
     /// (live migration): a move waits bytes / bandwidth plus 1 ms a transfer.
     #[arg(long, env = "SWITCHYARD_KV_TRANSFER_GBPS", default_value = "25")]
@@ -286,6 +291,7 @@ impl EngineArgs {
                         max_model_len,
                         block_size: self.block_size,
                         max_body_bytes: self.max_body_bytes,
+                        role: self.role,
                     },
                     core,
                     backend: (model.make_backend)(host_blocks)?,

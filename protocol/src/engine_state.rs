@@ -51,6 +51,9 @@ pub struct EngineStatus {
     /// KV tokens reserved for the requests arriving.
     #[serde(default)]
     pub loading_kv_tokens: u64,
+    /// The engine's role in prefill/decode disaggregation.
+    #[serde(default)]
+    pub role: crate::schedule::InferStage,
     /// The most urgent (lowest) `priority` among waiting requests, if any wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_top_priority: Option<i64>,

@@ -32,6 +32,11 @@ pub const INCOMING_MIGRATIONS_PATH: &str = "/internal/migrations";
 /// requests are moved (a client talking to an engine directly would see its stream just end).
 pub const FOLLOW_MIGRATION_HEADER: &str = "x-switchyard-follow-migration";
 
+/// The request header that asks a prefill engine to hand the request, after its first token, to
+/// the decode engine it names (prefill/decode disaggregation; the gateway follows, as for any
+/// move).
+pub const HAND_OFF_HEADER: &str = "x-switchyard-hand-off-to";
+
 /// The request header that continues a moved request on its destination, naming its ticket.
 pub const MIGRATION_TICKET_HEADER: &str = "x-switchyard-migration-ticket";
 

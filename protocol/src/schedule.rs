@@ -16,6 +16,21 @@ pub enum InferStage {
     Decode,
 }
 
+impl std::str::FromStr for InferStage {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "neutral" => Ok(InferStage::Neutral),
+            "prefill" => Ok(InferStage::Prefill),
+            "decode" => Ok(InferStage::Decode),
+            other => Err(format!(
+                "unknown role {other:?} (expected prefill, decode or neutral)"
+            )),
+        }
+    }
+}
+
 impl InferStage {
     /// The name used in metric labels (`infer_type`).
     pub fn as_str(self) -> &'static str {
@@ -167,6 +182,19 @@ pub struct ScheduleDecision {
     /// The instance's engine kind.
     #[serde(default)]
     pub kind: EngineKind,
+    /// With prefill/decode disaggregation: the decode instance the prefill instance hands the
+    /// request to after its first token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode: Option<HandOff>,
+}
+
+/// The decode instance of a disaggregated placement.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HandOff {
+    /// Instance id.
+    pub instance_id: String,
+    /// Base URL of the instance.
+    pub endpoint: String,
 }
 
 /// The instance a placement would have chosen next.

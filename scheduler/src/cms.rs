@@ -105,6 +105,10 @@ impl Cms {
         now: f64,
     ) {
         if let Some(state) = self.instances.get_mut(id) {
+            // A switchyard engine says its own role (`engine --role`).
+            if state.meta.kind == EngineKind::Switchyard {
+                state.meta.role = status.role;
+            }
             state.pressure.observe(prefill_seconds, now);
             state.status = Some(status);
             state.status_time = now;

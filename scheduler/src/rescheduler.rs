@@ -34,6 +34,7 @@ use crate::cms::{Cms, InstanceState};
 use std::collections::HashSet;
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::migration::MoveFirst;
+use switchyard_protocol::schedule::InferStage;
 
 /// When the rescheduler moves requests.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -247,6 +248,24 @@ pub fn destination_for<'c>(
         .filter(|s| s.schedulable(now, staleness))
         .filter_map(|s| Some((s, s.status.as_ref().and_then(Load::of)?)))
         .filter(|(_, load)| !load.short && load.room >= moved)
+        .max_by(|a, b| a.1.freeness().total_cmp(&b.1.freeness()))
+        .map(|(s, _)| s)
+}
+
+/// The decode instance of `model` a disaggregated request needing `tokens` of KV is handed to at
+/// `now`: the freest schedulable one with room for it, if any.
+pub fn decode_instance_for<'c>(
+    cms: &'c Cms,
+    model: &str,
+    tokens: u64,
+    now: f64,
+    staleness: f64,
+) -> Option<&'c InstanceState> {
+    cms.iter()
+        .filter(|s| s.meta.model == model && s.meta.role == InferStage::Decode)
+        .filter(|s| s.schedulable(now, staleness))
+        .filter_map(|s| Some((s, s.status.as_ref().and_then(Load::of)?)))
+        .filter(|(_, load)| !load.short && load.room >= tokens as f64)
         .max_by(|a, b| a.1.freeness().total_cmp(&b.1.freeness()))
         .map(|(s, _)| s)
 }

@@ -16,7 +16,7 @@ use serde::Serialize;
 use switchyard_protocol::engine_state::{EngineStatus, StepSample};
 use switchyard_protocol::kv_events::{KvEvent, StoredBlock};
 use switchyard_protocol::schedule::{
-    InferStage, Observed, RunnerUp, ScheduleDecision, ScheduleRequest,
+    HandOff, InferStage, Observed, RunnerUp, ScheduleDecision, ScheduleRequest,
 };
 
 /// Settings of a scheduler.
@@ -350,10 +350,49 @@ impl Scheduler {
     }
 
     /// [`Scheduler::schedule`], calling `lap` as each [`Lap`] of the decision ends (so that a
-    /// caller with a clock can time them; the scheduler reads none).
+    /// caller with a clock can time them; the scheduler reads none). Where the model has
+    /// prefill and decode instances, a request is placed on a prefill (or neutral) instance and
+    /// the decision names the decode instance to hand it to: the freest with room for it.
     pub fn schedule_with(
         &mut self,
         req: &ScheduleRequest,
+        now: f64,
+        lap: &mut dyn FnMut(Lap),
+    ) -> Result<Placement, ScheduleError> {
+        if req.infer_stage != InferStage::Neutral || !self.disaggregates(&req.model) {
+            return self.place(req, req.infer_stage, now, lap);
+        }
+        let mut placement = self.place(req, InferStage::Prefill, now, lap)?;
+        let needed = req.prompt_tokens as u64 + req.max_tokens as u64;
+        placement.decision.decode = crate::rescheduler::decode_instance_for(
+            &self.cms,
+            &req.model,
+            needed,
+            now,
+            self.config.staleness,
+        )
+        .map(|s| HandOff {
+            instance_id: s.meta.id.clone(),
+            endpoint: s.meta.endpoint.clone(),
+        });
+        Ok(placement)
+    }
+
+    /// Whether `model` has both prefill and decode instances.
+    fn disaggregates(&self, model: &str) -> bool {
+        let roles = |role| {
+            self.cms
+                .iter()
+                .any(|s| s.meta.model == model && s.meta.role == role)
+        };
+        roles(InferStage::Prefill) && roles(InferStage::Decode)
+    }
+
+    /// Places `req` on an instance whose role fits `stage`.
+    fn place(
+        &mut self,
+        req: &ScheduleRequest,
+        stage: InferStage,
         now: f64,
         lap: &mut dyn FnMut(Lap),
     ) -> Result<Placement, ScheduleError> {
@@ -377,7 +416,7 @@ impl Scheduler {
         let block = self.config.block_size as f64;
         let prompt = req.prompt_tokens as f64;
         for state in self.cms.iter() {
-            if state.meta.model != req.model || !role_fits(state.meta.role, req.infer_stage) {
+            if state.meta.model != req.model || !role_fits(state.meta.role, stage) {
                 continue;
             }
             serving += 1;
@@ -452,6 +491,7 @@ impl Scheduler {
             predicted_tpot_ms: Some(metrics.predicted_tpot * 1000.0),
             runner_up,
             kind: state.meta.kind,
+            decode: None,
         };
         let (slot, kind) = (state.slot, state.meta.kind);
         self.record_placement(req, &decision, &metrics, slot, kind, now);

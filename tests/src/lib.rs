@@ -148,12 +148,17 @@ impl Process {
         process
     }
 
-    /// Starts `switchyard serve` with `engines` engines and `args`, and waits for the gateway's
+    /// Starts `switchyard serve` with `engines` engines (`--prefill-engines` and
+    /// `--decode-engines` in `args` must add up to it) and `args`, and waits for the gateway's
     /// `/health` (its URL is `url(0)`).
     pub async fn serve(engines: u16, args: &[&str]) -> Process {
         let engine_port = free_ports(engines);
         let (count, first) = (engines.to_string(), engine_port.to_string());
-        let mut all = vec!["--engines", count.as_str(), "--engine-port", first.as_str()];
+        let mut all = vec!["--engine-port", first.as_str()];
+        // A disaggregated serve counts its engines as prefill plus decode ones.
+        if !args.contains(&"--prefill-engines") {
+            all.extend(["--engines", count.as_str()]);
+        }
         all.extend_from_slice(args);
         let mut process = Self::spawn("serve", free_ports(1), &all);
         process.engine_port = engine_port;

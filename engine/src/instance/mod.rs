@@ -52,6 +52,8 @@ pub struct InstanceInfo {
     pub block_size: usize,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Role in prefill/decode disaggregation.
+    pub role: switchyard_protocol::schedule::InferStage,
 }
 
 /// Parts an instance is built from.
@@ -160,7 +162,8 @@ impl Instance {
         if parts.vllm_events.is_some() {
             core.keep_stored_tokens();
         }
-        let idle = core.status(unix_now(), Vec::new());
+        let mut idle = core.status(unix_now(), Vec::new());
+        idle.role = parts.info.role;
         let (latest, latest_status) = watch::channel(Arc::new(idle));
         let metrics = Arc::new(parts.metrics);
         let instance = Arc::new(Instance {
@@ -190,6 +193,7 @@ impl Instance {
             in_flight: AtomicUsize::new(0),
         });
         let driver = Driver {
+            role: parts.info.role,
             name: parts.info.name,
             model_name: parts.info.model_name,
             commands: instance.commands.downgrade(),
@@ -309,6 +313,7 @@ impl Drop for InFlight {
 
 struct Driver {
     name: String,
+    role: switchyard_protocol::schedule::InferStage,
     model_name: String,
     /// The instance's own command queue, for timers that come back to the driver (weak, so
     /// that the queue closes when the instance goes).
@@ -559,6 +564,7 @@ impl Driver {
     fn publish(&mut self, steps: Vec<StepSample>) {
         self.dirty = false;
         let mut status = self.core.status(unix_now(), steps);
+        status.role = self.role;
         (status.num_loading, status.loading_kv_tokens) =
             self.moves.loading(self.core.config().block_size);
         self.metrics.on_status(&status, self.core.pool().usage());

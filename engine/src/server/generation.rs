@@ -11,7 +11,7 @@ use crate::tokenizer::IncrementalDecoder;
 use futures::stream::{SelectAll, StreamExt};
 use futures::FutureExt;
 use std::sync::Arc;
-use switchyard_protocol::migration::MigratedTo;
+use switchyard_protocol::migration::{MigrateRequest, MigratedTo, MoveFirst};
 use switchyard_protocol::openai::{ApiError, FinishReason, StopReason, Usage};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -52,6 +52,9 @@ pub enum Moves {
     Stay,
     /// Its client (a switchyard gateway) follows a move: it may move.
     Follow,
+    /// As `Follow`, and it moves to this decode engine after its first token (prefill/decode
+    /// disaggregation); if that fails it goes on here.
+    HandOff(String),
     /// It continues a request that moved here under this ticket.
     Continue(String),
 }
@@ -102,6 +105,10 @@ pub struct Generation {
     include_stop: bool,
     want_logprobs: bool,
     report_tokens: bool,
+    /// The request id, for its hand-off.
+    request_id: String,
+    /// The decode engine to hand the request to after its first token, until it is asked to.
+    hand_off: Option<String>,
     _in_flight: InFlight,
 }
 
@@ -135,6 +142,11 @@ impl Generation {
             include_stop: params.include_stop_str,
             want_logprobs: params.sampling.logprobs.is_some(),
             report_tokens,
+            request_id: request_id.to_string(),
+            hand_off: match &moves {
+                Moves::HandOff(to) => Some(to.clone()),
+                _ => None,
+            },
             _in_flight: instance.track(),
         };
         if let Moves::Continue(ticket) = moves {
@@ -153,7 +165,7 @@ impl Generation {
             generation.push_choice(attached.seq, 0, prompt, params, attached.events);
             return Ok(generation);
         }
-        let follows = moves == Moves::Follow;
+        let follows = matches!(moves, Moves::Follow | Moves::HandOff(_));
         for (p, (prompt, max_tokens)) in prompts.into_iter().enumerate() {
             for i in 0..params.n {
                 let mut sampling = params.sampling.clone();
@@ -283,6 +295,9 @@ impl Generation {
         match event {
             SeqEvent::Token(_, sampled) => {
                 choice.tokens += 1;
+                if let Some(destination) = self.hand_off.take() {
+                    hand_off(&self.instance, &self.request_id, destination);
+                }
                 update.tokens.push(sampled.token);
                 if self.want_logprobs {
                     update.logprobs.push(TokenLogprobs {
@@ -376,6 +391,31 @@ impl Drop for Generation {
             self.instance.abort(c.seq, FinishReason::Abort);
         }
     }
+}
+
+/// Moves request `request_id`, past its first token, to the decode engine at `destination`,
+/// without waiting; if that fails it goes on here.
+fn hand_off(instance: &Arc<Instance>, request_id: &str, destination: String) {
+    let instance = instance.clone();
+    let ask = MigrateRequest {
+        destination,
+        request_id: Some(request_id.to_string()),
+        requests: 1,
+        reason: Some("pd".into()),
+        first: MoveFirst::LeastKv,
+    };
+    tokio::spawn(async move {
+        let answer = crate::mover::migrate(&instance, &ask).await;
+        for failed in &answer.failed {
+            tracing::info!(
+                "{}: the hand-off of {} to {} failed ({}); it goes on here",
+                instance.info.name,
+                ask.request_id.as_deref().unwrap_or_default(),
+                ask.destination,
+                failed.message
+            );
+        }
+    });
 }
 
 /// The earliest stop string in `text`: where the emitted text ends, and the stop string.

@@ -156,18 +156,24 @@ fn unix_seconds() -> u64 {
 }
 
 /// How a request relates to live migration: it continues a moved request when it names a
-/// ticket; a stream whose client said it follows moves may move; anything else stays.
+/// ticket; a stream whose client said it follows moves may move, and is handed to the decode
+/// engine a hand-off header names after its first token; anything else stays.
 fn moves_of(headers: &axum::http::HeaderMap, stream: bool) -> generation::Moves {
-    use switchyard_protocol::migration::{FOLLOW_MIGRATION_HEADER, MIGRATION_TICKET_HEADER};
-    match headers
-        .get(MIGRATION_TICKET_HEADER)
-        .and_then(|v| v.to_str().ok())
-    {
-        Some(ticket) => generation::Moves::Continue(ticket.to_string()),
-        None if stream && headers.contains_key(FOLLOW_MIGRATION_HEADER) => {
-            generation::Moves::Follow
+    use switchyard_protocol::migration::{
+        FOLLOW_MIGRATION_HEADER, HAND_OFF_HEADER, MIGRATION_TICKET_HEADER,
+    };
+    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(ticket) = text(MIGRATION_TICKET_HEADER) {
+        return generation::Moves::Continue(ticket.to_string());
+    }
+    if !(stream && headers.contains_key(FOLLOW_MIGRATION_HEADER)) {
+        return generation::Moves::Stay;
+    }
+    match text(HAND_OFF_HEADER) {
+        Some(to) if to.starts_with("http://") || to.starts_with("https://") => {
+            generation::Moves::HandOff(to.to_string())
         }
-        None => generation::Moves::Stay,
+        _ => generation::Moves::Follow,
     }
 }
 

@@ -18,7 +18,9 @@ use crate::upstream::scheduler_client::SchedulerClient;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use switchyard_protocol::migration::{FOLLOW_MIGRATION_HEADER, MIGRATION_TICKET_HEADER};
+use switchyard_protocol::migration::{
+    FOLLOW_MIGRATION_HEADER, HAND_OFF_HEADER, MIGRATION_TICKET_HEADER,
+};
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{EngineKind, Observed, ScheduleDecision, ScheduleRequest};
 use tokio::sync::Semaphore;
@@ -383,7 +385,8 @@ impl Opener {
     }
 
     /// Sends a pool request to the instance `decision` chose. A switchyard engine is asked for
-    /// token ids, and told the gateway follows the request if it moves (when it could resume it).
+    /// token ids, and told the gateway follows the request if it moves (when it could resume it),
+    /// and which decode engine to hand it to, when the placement is disaggregated.
     async fn send_to_instance(
         &self,
         decision: &ScheduleDecision,
@@ -393,16 +396,19 @@ impl Opener {
     ) -> std::io::Result<Answer> {
         let path = upstream.route().path();
         let switchyard = decision.kind == EngineKind::Switchyard;
+        let hand_off = decision.decode.as_ref().map_or("", |d| d.endpoint.as_str());
         let all = [
             ("content-type", "application/json"),
             ("x-request-id", request_id),
             (switchyard_protocol::TOKEN_IDS_HEADER, "1"),
             (FOLLOW_MIGRATION_HEADER, "1"),
+            (HAND_OFF_HEADER, hand_off),
         ];
-        let headers = match (switchyard, upstream.resumable()) {
-            (true, true) => &all[..],
-            (true, false) => &all[..3],
-            (false, _) => &all[..2],
+        let headers = match (switchyard, upstream.resumable(), hand_off.is_empty()) {
+            (true, true, false) => &all[..],
+            (true, true, true) => &all[..4],
+            (true, false, _) => &all[..3],
+            (false, _, _) => &all[..2],
         };
         self.post_to(&decision.endpoint, switchyard, path, headers, body)
             .await

@@ -306,6 +306,7 @@ impl RemoteScheduler {
             predicted_tpot_ms: None,
             runner_up: None,
             kind: chosen.kind,
+            decode: None,
         })
     }
 

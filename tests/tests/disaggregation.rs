@@ -1,0 +1,123 @@
+//! Prefill/decode disaggregation in `switchyard serve --prefill-engines 1 --decode-engines 1`:
+//! each request is computed on the prefill engine, handed with its KV to the decode engine after
+//! its first token, and the client sees one answer, identical to a colocated `serve`'s (CPU
+//! backend, seeded sampling, logprobs to the bit), streamed or not, completions and chat.
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use switchyard_tests::{metric_value, metrics_text, until_completing, Process};
+
+const CPU: [&str; 2] = ["--backend", "cpu"];
+
+/// The concatenated text and logprobs of a streamed answer, and whether it ended with `[DONE]`.
+fn read_stream(text: &str) -> (String, Vec<f64>, bool) {
+    let (mut out, mut logprobs, mut done) = (String::new(), Vec::new(), false);
+    for data in text.split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
+        if data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        let chunk: Value = serde_json::from_str(data).unwrap();
+        assert!(chunk.get("error").is_none(), "{data}");
+        let choice = &chunk["choices"][0];
+        out.push_str(choice["text"].as_str().unwrap_or_default());
+        out.push_str(choice["delta"]["content"].as_str().unwrap_or_default());
+        if let Some(lps) = choice["logprobs"]["token_logprobs"].as_array() {
+            logprobs.extend(lps.iter().map(|v| v.as_f64().unwrap()));
+        }
+    }
+    (out, logprobs, done)
+}
+
+async fn post(base: &str, path: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn streamed(base: &str, path: &str, body: &Value) -> (String, Vec<f64>, bool) {
+    let mut text = String::new();
+    let mut stream = post(base, path, body).await.bytes_stream();
+    while let Some(piece) = stream.next().await {
+        text.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
+    }
+    read_stream(&text)
+}
+
+#[tokio::test]
+async fn a_disaggregated_serve_answers_as_a_colocated_one_does() {
+    let mut pd_args = CPU.to_vec();
+    pd_args.extend(["--prefill-engines", "1", "--decode-engines", "1"]);
+    let pd = Process::serve(2, &pd_args).await;
+    let colocated = Process::serve(1, &CPU).await;
+    until_completing(&pd.url(0)).await;
+    until_completing(&colocated.url(0)).await;
+    let completion = json!({"prompt": "Split the work", "max_tokens": 200, "ignore_eos": true,
+        "temperature": 0.8, "seed": 9, "logprobs": 1, "stream": true});
+    let chat = json!({"messages": [{"role": "user", "content": "Hand me over."}],
+        "max_tokens": 120, "ignore_eos": true, "temperature": 0});
+    let (text, logprobs, done) = streamed(&pd.url(0), "/v1/completions", &completion).await;
+    let expected = streamed(&colocated.url(0), "/v1/completions", &completion).await;
+    assert!(done);
+    assert_eq!((text, logprobs, done), expected, "streamed completions");
+    let mut chat_stream = chat.clone();
+    chat_stream["stream"] = json!(true);
+    assert_eq!(
+        streamed(&pd.url(0), "/v1/chat/completions", &chat_stream).await,
+        streamed(&colocated.url(0), "/v1/chat/completions", &chat_stream).await,
+        "streamed chat"
+    );
+    let whole: Value = post(&pd.url(0), "/v1/chat/completions", &chat)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let expected: Value = post(&colocated.url(0), "/v1/chat/completions", &chat)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        whole["choices"][0]["message"], expected["choices"][0]["message"],
+        "chat, not streamed"
+    );
+    assert_eq!(whole["usage"]["completion_tokens"], 120, "{whole}");
+
+    // The prefill engine computed the prompts, the decode engine took the requests in with
+    // their KV and generated the rest.
+    let client = reqwest::Client::new();
+    let prefill = metrics_text(&client, &pd.engine_url(0)).await;
+    let decode = metrics_text(&client, &pd.engine_url(1)).await;
+    // Every series of `name` on a page, summed (each engine has its own `engine` label).
+    let total = |page: &str, name: &str| -> f64 {
+        page.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert!(
+        total(&decode, "vllm:kv_transfer_bytes_total") > 0.0,
+        "{decode}"
+    );
+    assert_eq!(
+        total(&prefill, "vllm:kv_transfer_bytes_total"),
+        total(&decode, "vllm:kv_transfer_bytes_total")
+    );
+    assert!(total(&prefill, "vllm:prompt_tokens_total") > 0.0);
+    assert!(
+        total(&decode, "vllm:generation_tokens_total")
+            > total(&prefill, "vllm:generation_tokens_total"),
+        "most tokens were generated on the decode engine"
+    );
+    let gateway = metrics_text(&client, &pd.url(0)).await;
+    assert!(
+        metric_value(
+            &gateway,
+            "request_stream_continuation_total{model=\"switchyard-builtin\",outcome=\"migrated\"}"
+        ) >= 3.0,
+        "{gateway}"
+    );
+}
