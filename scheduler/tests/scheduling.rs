@@ -732,3 +732,50 @@ fn an_engine_that_says_only_its_usage_is_placed_by_the_ratio() {
     let placed = s.schedule(&request("b", &[1, 2, 3]), 1.1).unwrap();
     assert_eq!(placed.decision.instance_id, "i1");
 }
+
+#[test]
+fn a_disaggregated_model_is_placed_on_a_prefill_instance_and_handed_to_the_freest_decode_one() {
+    let mut s = Scheduler::new(SchedulerConfig::default(), 7);
+    let roles = [
+        ("p0", InferStage::Prefill, 0),
+        ("d0", InferStage::Decode, 60_000),
+        ("d1", InferStage::Decode, 10_000),
+    ];
+    for (id, role, used) in roles {
+        s.add_instance(InstanceMeta {
+            id: id.into(),
+            endpoint: format!("http://{id}"),
+            model: "m".into(),
+            role: InferStage::Neutral,
+            kind: EngineKind::Switchyard,
+        });
+        // A switchyard engine says its role in its status.
+        let status = EngineStatus {
+            role,
+            used_kv_tokens: used,
+            num_running: (used / 1_000) as u32,
+            ..idle()
+        };
+        s.on_status(id, status, 0.0);
+    }
+    let placed = s.schedule(&request("r", &[1; 40]), 0.0).unwrap().decision;
+    assert_eq!(placed.instance_id, "p0", "prefill on the prefill instance");
+    let decode = placed.decode.expect("a decode instance is named");
+    assert_eq!(
+        (decode.instance_id.as_str(), decode.endpoint.as_str()),
+        ("d1", "http://d1")
+    );
+
+    // No decode instance has room for the request: it stays on its prefill instance.
+    let mut big = request("big", &[1; 40]);
+    big.max_tokens = 95_000;
+    assert_eq!(s.schedule(&big, 0.0).unwrap().decision.decode, None);
+
+    // A model with no decode instances is placed as before, with no hand-off.
+    let mut colocated = cluster(Policy::Predictive, 2);
+    let decision = colocated
+        .schedule(&request("c", &[1; 40]), 0.0)
+        .unwrap()
+        .decision;
+    assert_eq!(decision.decode, None);
+}
