@@ -58,6 +58,11 @@ pub struct SimArgs {
     /// Bandwidth of the link KV moves over between instances, in Gb/s.
     #[arg(long, default_value = "25")]
     pub kv_transfer_gbps: Positive,
+    /// Prefill/decode disaggregation: the instances split P:D into prefill and decode ones
+    /// (e.g. `1:3`); each request is computed on a prefill instance and handed with its KV to a
+    /// decode one after its first token.
+    #[arg(long)]
+    pub pd: Option<PdRatio>,
     /// What to replay.
     #[command(flatten)]
     pub workload: WorkloadArgs,
@@ -121,12 +126,47 @@ impl SimArgs {
             kv_offloading_size: self.kv_offloading_size.get(),
             rescheduling: self.rescheduling.then(|| Rescheduling {
                 config: ReschedulerConfig::default(),
-                link: KvLink {
-                    gbps: self.kv_transfer_gbps.get(),
-                    ..KvLink::default()
-                },
             }),
+            link: KvLink {
+                gbps: self.kv_transfer_gbps.get(),
+                ..KvLink::default()
+            },
+            prefill_instances: self.pd.map(|pd| pd.prefill_of(self.instances())),
         })
+    }
+}
+
+/// A static prefill:decode split of the instances (`--pd P:D`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PdRatio {
+    /// Prefill share.
+    pub prefill: u32,
+    /// Decode share.
+    pub decode: u32,
+}
+
+impl PdRatio {
+    /// Prefill instances of `instances`: the ratio's share, rounded, at least one and leaving
+    /// at least one for decode.
+    pub fn prefill_of(&self, instances: usize) -> usize {
+        let share = self.prefill as f64 / (self.prefill + self.decode) as f64;
+        ((instances as f64 * share).round() as usize).clamp(1, instances.saturating_sub(1).max(1))
+    }
+}
+
+impl std::str::FromStr for PdRatio {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("--pd {s:?} is not PREFILL:DECODE with two positive integers");
+        let (p, d) = s.split_once(':').ok_or_else(bad)?;
+        let (prefill, decode) = (p.trim().parse::<u32>(), d.trim().parse::<u32>());
+        match (prefill, decode) {
+            (Ok(prefill), Ok(decode)) if prefill > 0 && decode > 0 => {
+                Ok(PdRatio { prefill, decode })
+            }
+            _ => Err(bad()),
+        }
     }
 }
 

@@ -82,7 +82,7 @@ pub async fn migrate(instance: &Arc<Instance>, ask: &MigrateRequest) -> MigrateR
         async move {
             let lane = instance.mover.lanes.acquire().await;
             let outcome = match lane {
-                Ok(_lane) => move_one(instance, peer, &p).await,
+                Ok(_lane) => move_one(instance, peer, &p, ask.at_once).await,
                 Err(_) => Err(MoveFailure::new("shutdown", "the engine is shutting down")),
             };
             (p, outcome)
@@ -123,6 +123,7 @@ async fn move_one(
     instance: &Arc<Instance>,
     peer: &Peer<'_>,
     p: &Picked,
+    at_once: bool,
 ) -> Result<MigratedRequest, MoveFailure> {
     let started = Instant::now();
     if instance.kv_block_bytes == 0 {
@@ -142,7 +143,16 @@ async fn move_one(
         .await?;
     let mut sent = Sent::default();
     let mut suspended_at = None;
-    let copied = copy_and_commit(instance, peer, p, &ticket, &mut sent, &mut suspended_at).await;
+    let copied = copy_and_commit(
+        instance,
+        peer,
+        p,
+        &ticket,
+        at_once,
+        &mut sent,
+        &mut suspended_at,
+    )
+    .await;
     if let Err(failure) = copied {
         // The request runs on here at once; the destination is told after.
         instance.give_up_move(p.seq);
@@ -171,12 +181,14 @@ async fn move_one(
     })
 }
 
-/// Runs the copy stages and the commit; `suspended_at` is set when the request stops here.
+/// Runs the copy stages (one, with the request suspended at once, when `at_once`) and the
+/// commit; `suspended_at` is set when the request stops here.
 async fn copy_and_commit(
     instance: &Arc<Instance>,
     peer: &Peer<'_>,
     p: &Picked,
     ticket: &str,
+    at_once: bool,
     sent: &mut Sent,
     suspended_at: &mut Option<Instant>,
 ) -> Result<(), MoveFailure> {
@@ -197,7 +209,7 @@ async fn copy_and_commit(
                 chunk_blocks,
                 Suspend::IfRestWithin {
                     copied,
-                    force: sent.stages >= MAX_STAGES,
+                    force: at_once || sent.stages >= MAX_STAGES,
                 },
             )
             .await?;

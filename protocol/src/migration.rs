@@ -92,6 +92,10 @@ pub struct MigrateRequest {
     /// Which requests go first when none is named.
     #[serde(default)]
     pub first: MoveFirst,
+    /// Suspend each request at once and copy its KV in one stage (a prefill/decode hand-off:
+    /// the prefill engine decodes it no further); otherwise it decodes on while its KV copies.
+    #[serde(default)]
+    pub at_once: bool,
 }
 
 /// Which running requests a source moves first.

@@ -1,25 +1,22 @@
 //! Live migration in the simulated cluster: the scheduler's rescheduler decides every round
 //! which instance hands a running request to which, and each move runs Llumnix's stages on the
-//! engine cores, timed by a [`KvLink`]: copy what is computed while the source keeps decoding,
+//! engine cores, timed by a [`KvLink`](switchyard_engine::backend::sim::KvLink): copy what is computed while the source keeps decoding,
 //! again for what was added meanwhile, until the rest is at most a block; then suspend at the
 //! source's next step end, copy the rest, and take it in at the destination.
 
 use super::{Cluster, Happening};
 use std::collections::{BTreeMap, HashSet};
-use switchyard_engine::backend::sim::KvLink;
 use switchyard_engine::backend::Backend;
 use switchyard_engine::batching::SeqId;
 use switchyard_engine::core::EngineCore;
 use switchyard_engine::migration::{Reservation, MAX_STAGES};
-use switchyard_scheduler::rescheduler::{MoveReason, ReschedulerConfig};
+use switchyard_scheduler::rescheduler::ReschedulerConfig;
 
 /// Live migration's settings in a simulated cluster.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Rescheduling {
     /// When to move.
     pub config: ReschedulerConfig,
-    /// The link KV travels over.
-    pub link: KvLink,
 }
 
 /// What a run's moves came to.
@@ -54,7 +51,8 @@ pub(super) struct Move {
     from: usize,
     seq: SeqId,
     to: usize,
-    reason: MoveReason,
+    /// Why: a rescheduling reason's label, or `pd_handoff`.
+    label: &'static str,
     reservation: Reservation,
     /// Tokens whose KV is at the destination.
     copied: usize,
@@ -82,27 +80,52 @@ impl Cluster {
             let Some(&(seq, tokens)) = movable.first() else {
                 continue;
             };
-            let Some(reservation) = self.nodes[to].core.reserve(tokens + 1) else {
-                *self.migration.abandoned.entry("no_room").or_default() += 1;
-                continue;
-            };
-            let id = self.next_move;
-            self.next_move += 1;
-            self.moves.insert(
-                id,
-                Move {
-                    from,
-                    seq,
-                    to,
-                    reason: order.reason,
-                    reservation,
-                    copied: 0,
-                    stages: 1,
-                    stage: Stage::Copying { target: tokens },
-                },
-            );
-            self.copy(id, tokens, now);
+            self.start_move(from, to, seq, tokens, order.reason.label(), false, now);
         }
+    }
+
+    /// Starts moving sequence `seq` (`tokens` computed) of node `from` to node `to`, for
+    /// `label`: in stages while it decodes on, or `at_once` (suspended at once, its KV in one
+    /// copy, as a prefill/decode hand-off); false when `to` has no room (the request stays).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start_move(
+        &mut self,
+        from: usize,
+        to: usize,
+        seq: SeqId,
+        tokens: usize,
+        label: &'static str,
+        at_once: bool,
+        now: f64,
+    ) -> bool {
+        let Some(reservation) = self.nodes[to].core.reserve(tokens + 1) else {
+            *self.migration.abandoned.entry("no_room").or_default() += 1;
+            return false;
+        };
+        let id = self.next_move;
+        self.next_move += 1;
+        self.moves.insert(
+            id,
+            Move {
+                from,
+                seq,
+                to,
+                label,
+                reservation,
+                copied: 0,
+                stages: 1,
+                stage: match at_once {
+                    true => Stage::Suspending,
+                    false => Stage::Copying { target: tokens },
+                },
+            },
+        );
+        match at_once {
+            true if self.nodes[from].running.is_none() => self.suspend_moving(from, now),
+            true => {}
+            false => self.copy(id, tokens, now),
+        }
+        true
     }
 
     /// Move `id`'s copy stage or last copy ended at `now`.
@@ -174,9 +197,8 @@ impl Cluster {
 
     /// Queues the end of a copy of `tokens` tokens for move `id`.
     fn copy(&mut self, id: u64, tokens: usize, now: f64) {
-        let link = self.rescheduling.expect("moves need rescheduling").link;
         self.migration.copied_tokens += tokens as u64;
-        let seconds = link.seconds(tokens as u64 * self.kv_bytes_per_token);
+        let seconds = self.link.seconds(tokens as u64 * self.kv_bytes_per_token);
         self.queue(now + seconds, Happening::CopyEnd(id));
     }
 
@@ -203,7 +225,7 @@ impl Cluster {
             .take_in(moved, m.reservation, now)
             .unwrap_or_else(|_| panic!("the reservation grew with the request"));
         self.nodes[m.to].requests.insert(seq, request);
-        *self.migration.moved.entry(m.reason.label()).or_default() += 1;
+        *self.migration.moved.entry(m.label).or_default() += 1;
         self.migration.pauses.push(now - since);
         for n in [m.from, m.to] {
             self.publish(n, now, Vec::new());

@@ -21,12 +21,13 @@ use indicatif::ProgressBar;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use switchyard_engine::backend::sim::{
-    GpuProfile, ModelShape, SimBackend, SimVocabulary, StepTimeModel,
+    GpuProfile, KvLink, ModelShape, SimBackend, SimVocabulary, StepTimeModel,
 };
 use switchyard_engine::backend::{Backend, ModelOutput};
 use switchyard_engine::batching::SeqId;
 use switchyard_engine::core::{AddError, CoreConfig, EngineCore, NewSeq, SeqEvent, StepPlan};
 use switchyard_engine::sampling::{SamplingParams, StopParams};
+use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::hashing::block_hashes;
 use switchyard_protocol::schedule::{InferStage, Observed, ScheduleRequest};
 use switchyard_scheduler::cms::InstanceMeta;
@@ -61,6 +62,11 @@ pub struct ClusterConfig {
     pub kv_offloading_size: f64,
     /// Live migration of running requests (`None`: off).
     pub rescheduling: Option<Rescheduling>,
+    /// The link KV moves over between instances (live migration and PD hand-offs).
+    pub link: KvLink,
+    /// Prefill/decode disaggregation: this many prefill instances, the rest decode ones
+    /// (`None`: every instance does both).
+    pub prefill_instances: Option<usize>,
 }
 
 /// What a simulated run produced.
@@ -86,6 +92,7 @@ pub struct SimRun {
 /// One engine instance: its core, its step model and the step in progress.
 struct Node {
     id: String,
+    role: InferStage,
     core: EngineCore,
     backend: SimBackend,
     running: Option<(StepPlan, ModelOutput)>,
@@ -186,6 +193,9 @@ pub struct Cluster {
     next_move: u64,
     migration: MigrationTally,
     kv_bytes_per_token: u64,
+    link: KvLink,
+    /// Requests to hand to a decode node after their first token: (node, sequence) to node.
+    handoffs: HashMap<(usize, SeqId), usize>,
 }
 
 impl Cluster {
@@ -223,9 +233,21 @@ impl Cluster {
             },
             0,
         );
+        if let Some(p) = config.prefill_instances {
+            if p == 0 || p >= config.instances {
+                anyhow::bail!(
+                    "a disaggregated cluster needs at least one prefill and one decode instance"
+                );
+            }
+        }
         let mut nodes = Vec::with_capacity(config.instances);
         for i in 0..config.instances {
             let id = format!("sim-{i}");
+            let role = match config.prefill_instances {
+                None => InferStage::Neutral,
+                Some(p) if i < p => InferStage::Prefill,
+                Some(_) => InferStage::Decode,
+            };
             scheduler.add_instance(InstanceMeta {
                 id: id.clone(),
                 endpoint: id.clone(),
@@ -245,10 +267,14 @@ impl Cluster {
                 max_model_len,
                 trace: false,
             });
-            let status = core.status(0.0, backend.step_prior());
+            let status = EngineStatus {
+                role,
+                ..core.status(0.0, backend.step_prior())
+            };
             scheduler.on_status(&id, status, 0.0);
             nodes.push(Node {
                 id,
+                role,
                 core,
                 backend,
                 running: None,
@@ -268,6 +294,8 @@ impl Cluster {
             next_move: 0,
             migration: MigrationTally::default(),
             kv_bytes_per_token: config.shape.kv_bytes_per_token(),
+            link: config.link,
+            handoffs: HashMap::new(),
         })
     }
 
@@ -288,7 +316,10 @@ impl Cluster {
         steps: Vec<switchyard_protocol::engine_state::StepSample>,
     ) {
         let node = &mut self.nodes[n];
-        let status = node.core.status(now, steps);
+        let status = EngineStatus {
+            role: node.role,
+            ..node.core.status(now, steps)
+        };
         let events = node.core.take_kv_events();
         let id = node.id.clone();
         self.scheduler.on_status(&id, status, now);
@@ -460,6 +491,14 @@ impl Cluster {
         match added {
             Ok(seq) => {
                 self.nodes[n].requests.insert(seq, i);
+                if let Some(decode) = &placement.decision.decode {
+                    let to = self
+                        .nodes
+                        .iter()
+                        .position(|node| node.id == decode.instance_id)
+                        .expect("the scheduler hands off to known instances");
+                    self.handoffs.insert((n, seq), to);
+                }
                 self.publish(n, now, Vec::new());
                 self.start_step(n, now);
                 Ok(())
@@ -489,12 +528,16 @@ impl Cluster {
             .expect("a step end follows a step start");
         let report = self.nodes[n].core.complete(plan, output, now);
         let mut judged = Vec::new();
+        let mut handing_off = Vec::new();
         for seq_event in report.events {
             match seq_event {
                 SeqEvent::Token(seq, _) => {
                     let Some(&i) = self.nodes[n].requests.get(&seq) else {
                         continue;
                     };
+                    if let Some(to) = self.handoffs.remove(&(n, seq)) {
+                        handing_off.push((seq, to));
+                    }
                     let t = &mut tracks[i];
                     t.outcome.output_tokens += 1;
                     match t.last_token {
@@ -509,6 +552,7 @@ impl Cluster {
                 // Only an instance sends it, never a core's step.
                 SeqEvent::Moved(..) => {}
                 SeqEvent::Finished(finished) => {
+                    self.handoffs.remove(&(n, finished.seq));
                     let Some(i) = self.nodes[n].requests.remove(&finished.seq) else {
                         continue;
                     };
@@ -528,6 +572,13 @@ impl Cluster {
                     progress.inc(1);
                     judged.push(i);
                 }
+            }
+        }
+        // A request past its first token stops here and goes to its decode node with its KV
+        // (if that has no room, it finishes here).
+        for (seq, to) in handing_off {
+            if let Some(tokens) = self.nodes[n].core.computed_tokens(seq) {
+                self.start_move(n, to, seq, tokens, "pd_handoff", true, now);
             }
         }
         self.suspend_moving(n, now);
@@ -598,6 +649,8 @@ mod tests {
             gpu_memory_utilization: 0.9,
             kv_offloading_size: 0.0,
             rescheduling: None,
+            link: KvLink::default(),
+            prefill_instances: None,
         }
     }
 
@@ -631,6 +684,37 @@ mod tests {
         )
         .unwrap();
         cluster.run(requests, &words, &tokenizer, &ProgressBar::hidden())
+    }
+
+    #[test]
+    fn a_disaggregated_cluster_hands_each_request_from_prefill_to_decode_and_loses_nothing() {
+        let requests = shared_prefix_requests(64, 0.01);
+        let tokenizer = switchyard_text::tokenizer::builtin_tokenizer();
+        let config = ClusterConfig {
+            prefill_instances: Some(1),
+            ..config(4, Policy::Predictive)
+        };
+        let corpus = switchyard_text::tokenizer::BUILTIN_CORPUS;
+        let run = Cluster::new(&config, &tokenizer, corpus).unwrap().run(
+            &requests,
+            &Words::builtin(),
+            &tokenizer,
+            &ProgressBar::hidden(),
+        );
+        for o in &run.outcomes {
+            assert_eq!(o.error, None);
+            assert_eq!(o.output_tokens, 16);
+        }
+        let handed = run.migration.moved.get("pd_handoff").copied().unwrap_or(0);
+        let given_up: u64 = run.migration.abandoned.values().sum();
+        assert_eq!(handed + given_up, 64, "{:?}", run.migration);
+        assert!(
+            handed >= 48,
+            "most go to a decode instance: {:?}",
+            run.migration
+        );
+        let colocated = simulate(4, Policy::Predictive, &requests);
+        assert_eq!(colocated.migration.moved.get("pd_handoff"), None);
     }
 
     #[test]
@@ -705,7 +789,6 @@ mod tests {
         };
         let on = Some(Rescheduling {
             config: Default::default(),
-            link: Default::default(),
         });
         let moved = run_with(on);
         assert!(

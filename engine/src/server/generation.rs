@@ -403,6 +403,7 @@ fn hand_off(instance: &Arc<Instance>, request_id: &str, destination: String) {
         requests: 1,
         reason: Some("pd".into()),
         first: MoveFirst::LeastKv,
+        at_once: true,
     };
     tokio::spawn(async move {
         let answer = crate::mover::migrate(&instance, &ask).await;

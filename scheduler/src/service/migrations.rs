@@ -147,6 +147,7 @@ impl SchedulerService {
             requests,
             reason: Some(rule.to_string()),
             first: reason.first(),
+            at_once: false,
         };
         let mut call = self
             .migrations
