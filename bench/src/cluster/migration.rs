@@ -43,6 +43,9 @@ enum Stage {
     Suspending,
     /// The request is suspended since `since`; its last tokens are on their way.
     Finishing { since: f64 },
+    /// A hand-off that copied all the prompt computed so far: it waits for the source's next
+    /// step to compute more (or the first token).
+    Caught,
 }
 
 /// One move under way.
@@ -53,6 +56,11 @@ pub(super) struct Move {
     to: usize,
     /// Why: a rescheduling reason's label, or `pd_handoff`.
     label: &'static str,
+    /// A prefill/decode hand-off: the prompt's KV is copied as it is computed, and the request
+    /// is suspended at its first token (not after a few stages).
+    hand_off: bool,
+    /// When a hand-off's request was suspended, at its first token.
+    suspended_at: Option<f64>,
     reservation: Reservation,
     /// Tokens whose KV is at the destination.
     copied: usize,
@@ -85,8 +93,9 @@ impl Cluster {
     }
 
     /// Starts moving sequence `seq` (`tokens` computed) of node `from` to node `to`, for
-    /// `label`: in stages while it decodes on, or `at_once` (suspended at once, its KV in one
-    /// copy, as a prefill/decode hand-off); false when `to` has no room (the request stays).
+    /// `label`: in stages while it decodes on, or, as a prefill/decode `hand_off`, stage after
+    /// stage as its prompt is computed until its first token; false when `to` has no room (the
+    /// request stays).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn start_move(
         &mut self,
@@ -95,7 +104,7 @@ impl Cluster {
         seq: SeqId,
         tokens: usize,
         label: &'static str,
-        at_once: bool,
+        hand_off: bool,
         now: f64,
     ) -> bool {
         let Some(reservation) = self.nodes[to].core.reserve(tokens + 1) else {
@@ -111,20 +120,15 @@ impl Cluster {
                 seq,
                 to,
                 label,
+                hand_off,
+                suspended_at: None,
                 reservation,
                 copied: 0,
                 stages: 1,
-                stage: match at_once {
-                    true => Stage::Suspending,
-                    false => Stage::Copying { target: tokens },
-                },
+                stage: Stage::Copying { target: tokens },
             },
         );
-        match at_once {
-            true if self.nodes[from].running.is_none() => self.suspend_moving(from, now),
-            true => {}
-            false => self.copy(id, tokens, now),
-        }
+        self.copy(id, tokens, now);
         true
     }
 
@@ -142,6 +146,9 @@ impl Cluster {
                     return self.abandon(id, why);
                 };
                 let rest = computed - m.copied;
+                if m.hand_off {
+                    return self.advance_hand_off(id, now);
+                }
                 if rest <= self.block_size || m.stages >= MAX_STAGES {
                     m.stage = Stage::Suspending;
                     let from = m.from;
@@ -161,7 +168,60 @@ impl Cluster {
                 self.copy(id, rest, now);
             }
             Stage::Finishing { since } => self.take_in(id, since, now),
-            Stage::Suspending => {}
+            Stage::Suspending | Stage::Caught => {}
+        }
+    }
+
+    /// Hand-off `id` copied what was computed: once its request is suspended (at its first
+    /// token) the rest is copied last; before, what was computed since is copied, or it waits
+    /// for more.
+    fn advance_hand_off(&mut self, id: u64, now: f64) {
+        let m = self.moves.get_mut(&id).expect("live move");
+        let core = &self.nodes[m.from].core;
+        let Some(computed) = core.computed_tokens(m.seq) else {
+            let why = gone(core, m.seq);
+            return self.abandon(id, why);
+        };
+        let grown = self.nodes[m.to]
+            .core
+            .grow_reservation(&mut m.reservation, computed + 1);
+        if !grown {
+            return self.abandon(id, "no_room");
+        }
+        let rest = computed - m.copied;
+        if let Some(since) = m.suspended_at {
+            m.stage = Stage::Finishing { since };
+            return self.copy(id, rest, now);
+        }
+        if rest == 0 {
+            m.stage = Stage::Caught;
+            return;
+        }
+        m.stages += 1;
+        m.stage = Stage::Copying { target: computed };
+        self.copy(id, rest, now);
+    }
+
+    /// Node `n`'s step ended at `now`: a request being handed off that got its first token is
+    /// suspended (it decodes no further here), and hand-offs that caught up with what was
+    /// computed go on.
+    pub(super) fn advance_hand_offs(&mut self, n: usize, now: f64) {
+        let ids: Vec<u64> = self
+            .moves
+            .iter()
+            .filter(|(_, m)| m.from == n && m.hand_off)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            let m = self.moves.get_mut(&id).expect("live move");
+            let core = &mut self.nodes[n].core;
+            let first_token = core.batcher().get(m.seq).is_some_and(|s| s.is_decoding());
+            if first_token && m.suspended_at.is_none() && core.suspend(m.seq, now) {
+                m.suspended_at = Some(now);
+            }
+            if m.stage == Stage::Caught {
+                self.advance_hand_off(id, now);
+            }
         }
     }
 

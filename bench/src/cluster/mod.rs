@@ -194,7 +194,8 @@ pub struct Cluster {
     migration: MigrationTally,
     kv_bytes_per_token: u64,
     link: KvLink,
-    /// Requests to hand to a decode node after their first token: (node, sequence) to node.
+    /// Requests to hand to a decode node, whose copy starts once their prompt's computation
+    /// does: (node, sequence) to node.
     handoffs: HashMap<(usize, SeqId), usize>,
 }
 
@@ -528,16 +529,12 @@ impl Cluster {
             .expect("a step end follows a step start");
         let report = self.nodes[n].core.complete(plan, output, now);
         let mut judged = Vec::new();
-        let mut handing_off = Vec::new();
         for seq_event in report.events {
             match seq_event {
                 SeqEvent::Token(seq, _) => {
                     let Some(&i) = self.nodes[n].requests.get(&seq) else {
                         continue;
                     };
-                    if let Some(to) = self.handoffs.remove(&(n, seq)) {
-                        handing_off.push((seq, to));
-                    }
                     let t = &mut tracks[i];
                     t.outcome.output_tokens += 1;
                     match t.last_token {
@@ -574,17 +571,33 @@ impl Cluster {
                 }
             }
         }
-        // A request past its first token stops here and goes to its decode node with its KV
-        // (if that has no room, it finishes here).
-        for (seq, to) in handing_off {
-            if let Some(tokens) = self.nodes[n].core.computed_tokens(seq) {
-                self.start_move(n, to, seq, tokens, "pd_handoff", true, now);
-            }
-        }
+        self.start_hand_offs(n, now);
+        self.advance_hand_offs(n, now);
         self.suspend_moving(n, now);
         self.publish(n, now, vec![report.sample]);
         self.start_step(n, now);
         judged
+    }
+}
+
+impl Cluster {
+    /// Node `n`'s step ended at `now`: requests to hand off whose prompt computation began
+    /// there start copying their KV to their decode node, block by block as it is computed
+    /// (a request whose decode node has no room finishes here).
+    fn start_hand_offs(&mut self, n: usize, now: f64) {
+        let started: Vec<(SeqId, usize, usize)> = self
+            .handoffs
+            .iter()
+            .filter(|((node, _), _)| *node == n)
+            .filter_map(|(&(_, seq), &to)| {
+                let computed = self.nodes[n].core.computed_tokens(seq)?;
+                (computed > 0).then_some((seq, to, computed))
+            })
+            .collect();
+        for (seq, to, computed) in started {
+            self.handoffs.remove(&(n, seq));
+            self.start_move(n, to, seq, computed, "pd_handoff", true, now);
+        }
     }
 }
 
