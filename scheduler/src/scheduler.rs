@@ -360,9 +360,14 @@ impl Scheduler {
         lap: &mut dyn FnMut(Lap),
     ) -> Result<Placement, ScheduleError> {
         if req.infer_stage != InferStage::Neutral || !self.disaggregates(&req.model) {
-            return self.place(req, req.infer_stage, now, lap);
+            return self.place(req, Some(req.infer_stage), now, lap);
         }
-        let mut placement = self.place(req, InferStage::Prefill, now, lap)?;
+        let mut placement = match self.place(req, Some(InferStage::Prefill), now, lap) {
+            Ok(placement) => placement,
+            // No prefill instance can take it: any instance computes it whole.
+            Err(ScheduleError::NoAvailableEndpoint(_)) => return self.place(req, None, now, lap),
+            Err(e) => return Err(e),
+        };
         let needed = req.prompt_tokens as u64 + req.max_tokens as u64;
         placement.decision.decode = crate::rescheduler::decode_instance_for(
             &self.cms,
@@ -388,11 +393,11 @@ impl Scheduler {
         roles(InferStage::Prefill) && roles(InferStage::Decode)
     }
 
-    /// Places `req` on an instance whose role fits `stage`.
+    /// Places `req` on an instance whose role fits `stage` (any instance for `None`).
     fn place(
         &mut self,
         req: &ScheduleRequest,
-        stage: InferStage,
+        stage: Option<InferStage>,
         now: f64,
         lap: &mut dyn FnMut(Lap),
     ) -> Result<Placement, ScheduleError> {
@@ -416,7 +421,8 @@ impl Scheduler {
         let block = self.config.block_size as f64;
         let prompt = req.prompt_tokens as f64;
         for state in self.cms.iter() {
-            if state.meta.model != req.model || !role_fits(state.meta.role, stage) {
+            let fits = stage.is_none_or(|stage| role_fits(state.meta.role, stage));
+            if state.meta.model != req.model || !fits {
                 continue;
             }
             serving += 1;

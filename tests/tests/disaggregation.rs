@@ -121,3 +121,86 @@ async fn a_disaggregated_serve_answers_as_a_colocated_one_does() {
         "{gateway}"
     );
 }
+
+/// A prefill and a decode engine process (simulated, real time; the prefill engine's link is
+/// slow: a hand-off of a short prompt takes about a second), a scheduler and a gateway.
+async fn pd_processes() -> (Process, Process, Process, Process) {
+    let prefill = Process::engine(
+        1,
+        &[
+            "--sim-time-scale",
+            "1",
+            "--role",
+            "prefill",
+            "--kv-transfer-gbps",
+            "0.005",
+        ],
+    )
+    .await;
+    let decode = Process::engine(1, &["--sim-time-scale", "1", "--role", "decode"]).await;
+    let instances = format!("{},{}", prefill.url(0), decode.url(0));
+    let scheduler = Process::scheduler(&["--instances", &instances]).await;
+    let gateway = Process::gateway(&["--scheduler", &scheduler.url(0)]).await;
+    switchyard_tests::until_schedulable(&reqwest::Client::new(), &scheduler.url(0), 2).await;
+    until_completing(&gateway.url(0)).await;
+    (prefill, decode, scheduler, gateway)
+}
+
+#[tokio::test]
+async fn a_decode_engine_killed_mid_hand_off_or_a_prefill_engine_killed_mid_prompt_loses_nothing() {
+    let request = json!({"prompt": "Hand-off faults", "max_tokens": 300, "ignore_eos": true,
+        "temperature": 0, "stream": true});
+    let (_prefill, mut decode, _scheduler, gateway) = pd_processes().await;
+    let (expected, _, done) = streamed(&gateway.url(0), "/v1/completions", &request).await;
+    assert!(done);
+    // The decode engine dies while the first request's KV is on its way: it finishes on the
+    // prefill engine.
+    let mut stream = post(&gateway.url(0), "/v1/completions", &request)
+        .await
+        .bytes_stream();
+    let mut text = String::from_utf8(stream.next().await.unwrap().unwrap().to_vec()).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    decode.kill();
+    while let Some(piece) = stream.next().await {
+        text.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
+    }
+    let (got, _, done) = read_stream(&text);
+    assert!(done, "{text}");
+    assert_eq!(got, expected, "finished on the prefill engine");
+    let metrics = metrics_text(&reqwest::Client::new(), &gateway.url(0)).await;
+    let continued = |outcome: &str| {
+        metric_value(
+            &metrics,
+            &format!(
+                "request_stream_continuation_total{{model=\"qwen3-0.6b\",outcome=\"{outcome}\"}}"
+            ),
+        )
+    };
+    assert_eq!(
+        continued("migrated"),
+        1.0,
+        "only the first request was handed off: {metrics}"
+    );
+    assert_eq!(
+        continued("resumed"),
+        0.0,
+        "the second never left its prefill engine"
+    );
+
+    // The prefill engine dies during a long prompt: the request is computed again on the
+    // decode engine, the only one left.
+    let (mut prefill, _decode, _scheduler, gateway) = pd_processes().await;
+    let long = json!({"prompt": vec![7; 30000], "max_tokens": 50, "ignore_eos": true,
+        "temperature": 0, "stream": true});
+    let response = post(&gateway.url(0), "/v1/completions", &long).await;
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    prefill.kill();
+    let mut text = String::new();
+    while let Some(piece) = stream.next().await {
+        text.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
+    }
+    let (got, _, done) = read_stream(&text);
+    assert!(done, "{text}");
+    assert!(!got.is_empty());
+}

@@ -191,6 +191,20 @@ impl SchedulerMetrics {
             ("instance_cms_scheduler_running_to_decode_tokens", |v| {
                 v.status.as_ref().map_or(0.0, |s| s.decode_tokens as f64)
             }),
+            ("instance_cms_scheduler_running_to_decode_requests", |v| {
+                v.status.as_ref().map_or(0.0, |s| s.num_decoding as f64)
+            }),
+            // Requests waiting to decode here are the ones whose KV is still arriving (a
+            // prefill/decode hand-off or a migration): switchyard admits a request to decode as
+            // soon as its KV is in.
+            ("instance_cms_scheduler_waiting_to_decode_requests", |v| {
+                v.status.as_ref().map_or(0.0, |s| s.num_loading as f64)
+            }),
+            ("instance_cms_scheduler_waiting_to_decode_tokens", |v| {
+                v.status
+                    .as_ref()
+                    .map_or(0.0, |s| s.loading_kv_tokens as f64)
+            }),
             ("instance_cms_inflight_dispatch_requests", |v| {
                 v.in_flight.requests as f64
             }),
