@@ -279,6 +279,9 @@ def component_dashboard():
               description="From the reservation on the destination to the hand-over, all copy "
                           "stages.")
     d.latency("Blocks per migration", "scheduler_migration_blocks", "short")
+    d.rate("Prefill/decode hand-offs", "scheduler_pd_handoff_total", "outcome",
+           description="Requests placed on a prefill instance to be handed to a decode one: done, "
+                       "fell_back (finished on the prefill instance), failed.")
     d.row("Prediction accuracy")
     d.latency("Prediction error", "scheduler_prediction_error_ratio", "percentunit", by="kind",
               description="(predicted - actual) / actual of the chosen instance's TTFT and TPOT, "

@@ -84,6 +84,32 @@ pub struct Observed {
     /// Time per output token after the first, milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tpot_ms: Option<f64>,
+    /// What became of its prefill/decode hand-off, when its placement asked for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hand_off: Option<HandOffOutcome>,
+}
+
+/// What became of a prefill/decode hand-off: the `outcome` of `scheduler_pd_handoff_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HandOffOutcome {
+    /// The request moved to its decode instance.
+    Done,
+    /// It finished on its prefill instance (the decode side could not take it).
+    FellBack,
+    /// It failed before either.
+    Failed,
+}
+
+impl HandOffOutcome {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            HandOffOutcome::Done => "done",
+            HandOffOutcome::FellBack => "fell_back",
+            HandOffOutcome::Failed => "failed",
+        }
+    }
 }
 
 /// A request released along with a placement request: its id (on the wire a bare string, as
@@ -272,7 +298,8 @@ mod tests {
                 request_id: "b".into(),
                 observed: Observed {
                     ttft_ms: Some(120.5),
-                    tpot_ms: Some(21.0)
+                    tpot_ms: Some(21.0),
+                    hand_off: None,
                 }
             }
         );

@@ -52,6 +52,10 @@ const EVENT_FAMILIES: &[(&str, &str)] = &[
         "scheduler_kv_transfer_bytes_total",
         "KV moves between engines",
     ),
+    (
+        "scheduler_pd_handoff_total",
+        "a prefill/decode hand-off ends",
+    ),
     ("vllm:kv_transfer_bytes_total", "an engine moves KV"),
     ("fastdeploy:kv_transfer_bytes_total", "an engine moves KV"),
     ("kv_transfer_bytes_total", "an engine moves KV"),

@@ -120,6 +120,10 @@ async fn a_disaggregated_serve_answers_as_a_colocated_one_does() {
         ) >= 3.0,
         "{gateway}"
     );
+    assert!(
+        metric_value(&gateway, "scheduler_pd_handoff_total{outcome=\"done\"}") >= 3.0,
+        "the scheduler counts the hand-offs the gateway saw done: {gateway}"
+    );
 }
 
 /// A prefill and a decode engine process (simulated, real time; the prefill engine's link is
@@ -150,7 +154,7 @@ async fn pd_processes() -> (Process, Process, Process, Process) {
 async fn a_decode_engine_killed_mid_hand_off_or_a_prefill_engine_killed_mid_prompt_loses_nothing() {
     let request = json!({"prompt": "Hand-off faults", "max_tokens": 300, "ignore_eos": true,
         "temperature": 0, "stream": true});
-    let (_prefill, mut decode, _scheduler, gateway) = pd_processes().await;
+    let (_prefill, mut decode, scheduler, gateway) = pd_processes().await;
     let (expected, _, done) = streamed(&gateway.url(0), "/v1/completions", &request).await;
     assert!(done);
     // The decode engine dies while the first request's KV is on its way: it finishes on the
@@ -186,6 +190,17 @@ async fn a_decode_engine_killed_mid_hand_off_or_a_prefill_engine_killed_mid_prom
         0.0,
         "the second never left its prefill engine"
     );
+    // The gateway releases the request to the scheduler shortly after its end.
+    let mut counted = 0.0;
+    for _ in 0..50 {
+        let page = metrics_text(&reqwest::Client::new(), &scheduler.url(0)).await;
+        counted = metric_value(&page, "scheduler_pd_handoff_total{outcome=\"fell_back\"}");
+        if counted >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(counted >= 1.0, "the hand-off that fell back is counted");
 
     // The prefill engine dies during a long prompt: the request is computed again on the
     // decode engine, the only one left.

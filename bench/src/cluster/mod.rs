@@ -561,6 +561,7 @@ impl Cluster {
                     let observed = Observed {
                         ttft_ms: t.outcome.ttft.map(|s| s * 1e3),
                         tpot_ms: t.outcome.tpot().map(|s| s * 1e3),
+                        hand_off: None,
                     };
                     tally
                         .prediction_errors

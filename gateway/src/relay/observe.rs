@@ -59,6 +59,7 @@ impl RelayObserver {
             ttft_ms: Some((first - self.started).as_secs_f64() * 1000.0),
             tpot_ms: (tokens > 1)
                 .then(|| (end - first).as_secs_f64() * 1000.0 / (tokens - 1) as f64),
+            hand_off: None,
         }
     }
 }

@@ -395,6 +395,9 @@ impl Session {
             self.generated.len()
         );
         self.metrics.on_continuation(&self.label, "migrated");
+        if let Some(release) = self.release.as_mut() {
+            release.moved();
+        }
         self.splitter = SseSplitter::default();
         self.resumed_after = Some(self.generated.len());
         self.kind = Some(EngineKind::Switchyard);

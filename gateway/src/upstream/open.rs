@@ -22,7 +22,9 @@ use switchyard_protocol::migration::{
     FOLLOW_MIGRATION_HEADER, HAND_OFF_HEADER, MIGRATION_TICKET_HEADER,
 };
 use switchyard_protocol::openai::ApiError;
-use switchyard_protocol::schedule::{EngineKind, Observed, ScheduleDecision, ScheduleRequest};
+use switchyard_protocol::schedule::{
+    EngineKind, HandOffOutcome, Observed, ScheduleDecision, ScheduleRequest,
+};
 use tokio::sync::Semaphore;
 
 /// How long connecting to an upstream may take.
@@ -84,9 +86,24 @@ pub struct ReleaseOnDrop {
 }
 
 impl ReleaseOnDrop {
-    /// The answer finished on this instance and its client saw `observed`.
+    /// The answer finished on this instance and its client saw `observed` (a hand-off asked for
+    /// and not made fell back).
     pub fn finished(&mut self, observed: Observed) {
-        self.observed = observed;
+        let hand_off = self.observed.hand_off.map(|outcome| match outcome {
+            HandOffOutcome::Failed => HandOffOutcome::FellBack,
+            done => done,
+        });
+        self.observed = Observed {
+            hand_off,
+            ..observed
+        };
+    }
+
+    /// The request moved on; its hand-off, if its placement asked for one, is done.
+    pub fn moved(&mut self) {
+        if self.observed.hand_off.is_some() {
+            self.observed.hand_off = Some(HandOffOutcome::Done);
+        }
     }
 }
 
@@ -313,7 +330,11 @@ impl Opener {
                 scheduler: self.scheduler.clone(),
                 request_id: ask.request_id.to_string(),
                 gateway_id: self.gateway_id.clone(),
-                observed: Observed::default(),
+                // Until the answer says otherwise, a hand-off asked for failed.
+                observed: Observed {
+                    hand_off: hands_off(&decision, ask.upstream).then_some(HandOffOutcome::Failed),
+                    ..Observed::default()
+                },
             };
             let body = ask
                 .upstream
@@ -396,7 +417,10 @@ impl Opener {
     ) -> std::io::Result<Answer> {
         let path = upstream.route().path();
         let switchyard = decision.kind == EngineKind::Switchyard;
-        let hand_off = decision.decode.as_ref().map_or("", |d| d.endpoint.as_str());
+        let hand_off = match hands_off(decision, upstream) {
+            true => decision.decode.as_ref().map_or("", |d| d.endpoint.as_str()),
+            false => "",
+        };
         let all = [
             ("content-type", "application/json"),
             ("x-request-id", request_id),
@@ -539,4 +563,10 @@ impl Opener {
             metrics.on_mirror(&label, outcome);
         });
     }
+}
+
+/// Whether the request is handed from its prefill instance to the decode instance `decision`
+/// names: a switchyard engine, and a request the gateway can follow.
+fn hands_off(decision: &ScheduleDecision, upstream: &UpstreamRequest) -> bool {
+    decision.decode.is_some() && decision.kind == EngineKind::Switchyard && upstream.resumable()
 }

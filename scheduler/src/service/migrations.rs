@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use switchyard_protocol::clock::unix_now;
 use switchyard_protocol::migration::{MigrateRequest, MigrateResponse, MIGRATIONS_PATH};
 use switchyard_protocol::openai::ApiError;
+use switchyard_protocol::schedule::Observed;
 use switchyard_protocol::secret::Secret;
 
 /// How long one migration call may take (the engine answers once its moves are done).
@@ -113,6 +114,17 @@ pub struct DrainRequest {
 }
 
 impl SchedulerService {
+    /// Counts what became of a released request's hand-off, if its placement asked for one.
+    pub(super) fn count_hand_off(&self, observed: &Observed) {
+        if let Some(outcome) = observed.hand_off {
+            self.migrations
+                .metrics
+                .hand_offs
+                .with_label_values(&[outcome.label()])
+                .inc();
+        }
+    }
+
     /// One round's moves, each with its source's and destination's endpoints; both are marked
     /// busy until the move is done.
     fn plan_round(&self, config: &ReschedulerConfig) -> Vec<(MoveOrder, String, String)> {
@@ -248,6 +260,7 @@ struct MigrationMetrics {
     duration: Histogram,
     blocks: Histogram,
     bytes: IntCounterVec,
+    hand_offs: IntCounterVec,
 }
 
 impl MigrationMetrics {
@@ -292,6 +305,11 @@ impl MigrationMetrics {
                 "scheduler_kv_transfer_bytes_total",
                 "KV bytes sent between engines, by kind (migration, pd).",
                 &["kind"],
+            )?,
+            hand_offs: counter(
+                "scheduler_pd_handoff_total",
+                "Prefill/decode hand-offs placements asked for, by outcome (done, fell_back: finished on the prefill instance, failed), as the gateways released them.",
+                &["outcome"],
             )?,
         })
     }

@@ -169,6 +169,7 @@ impl SchedulerService {
         for released in &req.released {
             let errors = core.finish(&released.request_id, &released.observed);
             self.metrics.on_prediction_errors(&errors);
+            self.count_hand_off(&released.observed);
         }
         let placing = Instant::now();
         let mut laps = [placing; 2];
@@ -197,6 +198,7 @@ impl SchedulerService {
         let errors = core.finish(request_id, observed);
         drop(core);
         self.metrics.on_prediction_errors(&errors);
+        self.count_hand_off(observed);
     }
 
     /// Progress of a request.
