@@ -1,6 +1,7 @@
 //! The OpenAI Python SDK against a `switchyard engine` process, and against the separate-process
 //! quick start (engines, scheduler, and a gateway given no model flag, which learns the model
-//! from the engines): chat and completions, streamed and not, models, and an error.
+//! from the engines), and against a disaggregated `serve`: chat and completions, streamed and
+//! not, models, and an error.
 
 use std::process::Command;
 use switchyard_tests::{python_has, Process};
@@ -87,4 +88,29 @@ async fn a_gateway_given_no_model_flag_serves_what_its_engines_serve() {
     // Until the gateway has learned the engines' model (the script then checks its name).
     switchyard_tests::until_completing(&gateway.url(0)).await;
     run_script(&gateway.url(0));
+}
+
+#[tokio::test]
+async fn a_disaggregated_serve_answers_the_sdk() {
+    if !sdk_present() {
+        return;
+    }
+    // Prefill/decode disaggregation: requests the gateway can follow are handed from the
+    // prefill engine to the decode engine after their first token.
+    let serve = Process::serve(
+        2,
+        &[
+            "--prefill-engines",
+            "1",
+            "--decode-engines",
+            "1",
+            "--backend",
+            "sim",
+            "--sim-time-scale",
+            "100",
+        ],
+    )
+    .await;
+    switchyard_tests::until_completing(&serve.url(0)).await;
+    run_script(&serve.url(0));
 }
