@@ -179,7 +179,7 @@ impl SchedulerService {
         drop(core);
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
         self.metrics
-            .on_schedule(req.infer_stage, &result, ms(started.elapsed()));
+            .on_schedule(placed_stage(req, &result), &result, ms(started.elapsed()));
         if result.is_ok() {
             self.metrics.on_prefix_stages(
                 ms(laps[Lap::PrefixQueried as usize] - placing),
@@ -213,6 +213,18 @@ impl SchedulerService {
     /// A gateway is alive.
     pub fn heartbeat(&self, gateway: &str) {
         self.core().gateway_seen(gateway, unix_now());
+    }
+}
+
+/// The stage a placement was for: a disaggregated one (its decision names a decode instance) is
+/// its prefill's.
+fn placed_stage(
+    req: &ScheduleRequest,
+    result: &Result<crate::scheduler::Placement, ScheduleError>,
+) -> switchyard_protocol::schedule::InferStage {
+    match result {
+        Ok(p) if p.decision.decode.is_some() => switchyard_protocol::schedule::InferStage::Prefill,
+        _ => req.infer_stage,
     }
 }
 
