@@ -28,6 +28,12 @@ pub const MOVES_OUT_AT_ONCE: usize = 2;
 /// How long one call to the destination may take before the move is given up (a stalled link).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a hand-off waits for its request to start computing its prompt.
+pub const HAND_OFF_WAIT: Duration = Duration::from_secs(60);
+
+/// How often a hand-off looks again at a request that waits, or whose next chunk is not computed.
+const HAND_OFF_POLL: Duration = Duration::from_millis(2);
+
 /// An instance's means to move requests out.
 #[derive(Debug)]
 pub struct Mover {
@@ -59,9 +65,22 @@ impl Mover {
 /// a time, and says how each went.
 pub async fn migrate(instance: &Arc<Instance>, ask: &MigrateRequest) -> MigrateResponse {
     let mut response = MigrateResponse::default();
-    let picked = instance
-        .pick_moves(ask.request_id.clone(), ask.requests, ask.first)
-        .await;
+    let waiting_since = Instant::now();
+    let picked = loop {
+        let picked = instance
+            .pick_moves(
+                ask.request_id.clone(),
+                ask.requests,
+                ask.first,
+                ask.hand_off,
+            )
+            .await;
+        // A request to hand off may still wait for its prompt's turn.
+        if !picked.is_empty() || !ask.hand_off || waiting_since.elapsed() > HAND_OFF_WAIT {
+            break picked;
+        }
+        tokio::time::sleep(HAND_OFF_POLL).await;
+    };
     if picked.is_empty() {
         response.failed.push(FailedMigration {
             request_id: ask.request_id.clone(),
@@ -82,7 +101,7 @@ pub async fn migrate(instance: &Arc<Instance>, ask: &MigrateRequest) -> MigrateR
         async move {
             let lane = instance.mover.lanes.acquire().await;
             let outcome = match lane {
-                Ok(_lane) => move_one(instance, peer, &p, ask.at_once).await,
+                Ok(_lane) => move_one(instance, peer, &p, ask.hand_off).await,
                 Err(_) => Err(MoveFailure::new("shutdown", "the engine is shutting down")),
             };
             (p, outcome)
@@ -123,7 +142,7 @@ async fn move_one(
     instance: &Arc<Instance>,
     peer: &Peer<'_>,
     p: &Picked,
-    at_once: bool,
+    hand_off: bool,
 ) -> Result<MigratedRequest, MoveFailure> {
     let started = Instant::now();
     if instance.kv_block_bytes == 0 {
@@ -148,7 +167,7 @@ async fn move_one(
         peer,
         p,
         &ticket,
-        at_once,
+        hand_off,
         &mut sent,
         &mut suspended_at,
     )
@@ -181,14 +200,15 @@ async fn move_one(
     })
 }
 
-/// Runs the copy stages (one, with the request suspended at once, when `at_once`) and the
-/// commit; `suspended_at` is set when the request stops here.
+/// Runs the copy stages and the commit; `suspended_at` is set when the request stops here. A
+/// `hand_off` copies the prompt's KV as it is computed and suspends the request at its first
+/// token.
 async fn copy_and_commit(
     instance: &Arc<Instance>,
     peer: &Peer<'_>,
     p: &Picked,
     ticket: &str,
-    at_once: bool,
+    hand_off: bool,
     sent: &mut Sent,
     suspended_at: &mut Option<Instant>,
 ) -> Result<(), MoveFailure> {
@@ -201,18 +221,22 @@ async fn copy_and_commit(
     let mut copied = 0;
     let mut from = 0;
     loop {
-        sent.stages += 1;
+        let suspend = match hand_off {
+            true => Suspend::AtFirstToken,
+            false => Suspend::IfRestWithin {
+                copied,
+                force: sent.stages + 1 >= MAX_STAGES,
+            },
+        };
         let first = instance
-            .export_kv(
-                p.seq,
-                from,
-                chunk_blocks,
-                Suspend::IfRestWithin {
-                    copied,
-                    force: at_once || sent.stages >= MAX_STAGES,
-                },
-            )
+            .export_kv(p.seq, from, chunk_blocks, suspend)
             .await?;
+        if hand_off && first.moved.is_none() && first.computed == copied {
+            // Nothing computed since the last stage: wait for the prompt's next chunk.
+            tokio::time::sleep(HAND_OFF_POLL).await;
+            continue;
+        }
+        sent.stages += 1;
         let stage_computed = first.computed;
         let stage_end = first.blocks_computed;
         let mut moved = first.moved.clone();

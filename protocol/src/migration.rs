@@ -92,10 +92,12 @@ pub struct MigrateRequest {
     /// Which requests go first when none is named.
     #[serde(default)]
     pub first: MoveFirst,
-    /// Suspend each request at once and copy its KV in one stage (a prefill/decode hand-off:
-    /// the prefill engine decodes it no further); otherwise it decodes on while its KV copies.
+    /// A prefill/decode hand-off of the request named: it may still be computing its prompt
+    /// (or waiting to); its KV is copied as it is computed, and it is suspended at its first
+    /// token, decoding no further here. Otherwise a running request decodes on while its KV is
+    /// copied, until little is left.
     #[serde(default)]
-    pub at_once: bool,
+    pub hand_off: bool,
 }
 
 /// Which running requests a source moves first.

@@ -255,11 +255,15 @@ impl Cluster {
         }
     }
 
-    /// Queues the end of a copy of `tokens` tokens for move `id`.
+    /// Queues the end of a copy of `tokens` tokens for move `id`. The source's copies share its
+    /// one link, as an engine's do: each starts when the ones before it are through.
     fn copy(&mut self, id: u64, tokens: usize, now: f64) {
         self.migration.copied_tokens += tokens as u64;
         let seconds = self.link.seconds(tokens as u64 * self.kv_bytes_per_token);
-        self.queue(now + seconds, Happening::CopyEnd(id));
+        let from = self.moves[&id].from;
+        let end = self.nodes[from].link_free.max(now) + seconds;
+        self.nodes[from].link_free = end;
+        self.queue(end, Happening::CopyEnd(id));
     }
 
     /// The last copy of move `id` is in: the destination takes the request in and its stream

@@ -96,6 +96,8 @@ struct Node {
     core: EngineCore,
     backend: SimBackend,
     running: Option<(StepPlan, ModelOutput)>,
+    /// When its link to the other instances is free again (KV copies go one after another).
+    link_free: f64,
     requests: HashMap<SeqId, usize>,
 }
 
@@ -279,6 +281,7 @@ impl Cluster {
                 core,
                 backend,
                 running: None,
+                link_free: 0.0,
                 requests: HashMap::new(),
             });
         }

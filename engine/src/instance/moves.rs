@@ -50,6 +50,8 @@ pub enum Suspend {
     },
     /// Now (the rest of the last stage; it is suspended already).
     Yes,
+    /// When it has its first token (a prefill/decode hand-off).
+    AtFirstToken,
 }
 
 /// One export of a move's KV.
@@ -92,6 +94,7 @@ pub(super) enum MoveCommand {
         request_id: Option<String>,
         count: usize,
         first: MoveFirst,
+        hand_off: bool,
         reply: oneshot::Sender<Vec<Picked>>,
     },
     Export {
@@ -201,17 +204,20 @@ impl Instance {
     }
 
     /// Picks up to `count` requests to move out (or the one named), in the order `first` says;
-    /// only those whose client can follow a move, past their prompt, and not moving already.
+    /// only those whose client can follow a move, past their prompt (running, for a `hand_off`),
+    /// and not moving already.
     pub async fn pick_moves(
         &self,
         request_id: Option<String>,
         count: usize,
         first: MoveFirst,
+        hand_off: bool,
     ) -> Vec<Picked> {
         self.ask(|reply| MoveCommand::Pick {
             request_id,
             count,
             first,
+            hand_off,
             reply,
         })
         .await
@@ -320,9 +326,10 @@ impl Driver {
                 request_id,
                 count,
                 first,
+                hand_off,
                 reply,
             } => {
-                let _ = reply.send(self.pick(request_id, count, first));
+                let _ = reply.send(self.pick(request_id, count, first, hand_off));
             }
             MoveCommand::Export {
                 seq,
@@ -391,9 +398,25 @@ impl Driver {
         }
     }
 
-    fn pick(&mut self, request_id: Option<String>, count: usize, first: MoveFirst) -> Vec<Picked> {
+    fn pick(
+        &mut self,
+        request_id: Option<String>,
+        count: usize,
+        first: MoveFirst,
+        hand_off: bool,
+    ) -> Vec<Picked> {
         let mut picked = Vec::new();
-        for (seq, tokens) in self.core.movable(first) {
+        // A hand-off takes a request still computing its prompt, as soon as it runs.
+        let candidates = match hand_off {
+            true => self
+                .core
+                .batcher()
+                .running()
+                .map(|s| (s.id, s.num_computed))
+                .collect(),
+            false => self.core.movable(first),
+        };
+        for (seq, tokens) in candidates {
             if picked.len() >= count {
                 break;
             }
@@ -438,6 +461,9 @@ impl Driver {
                 force || computed.saturating_sub(copied) <= block_size
             }
             Suspend::Yes => true,
+            Suspend::AtFirstToken => {
+                computed >= self.core.batcher().get(seq).map_or(0, |s| s.prompt_len)
+            }
         };
         if suspend_now && self.core.suspend(seq, unix_now()) {
             self.dirty = true;

@@ -105,10 +105,6 @@ pub struct Generation {
     include_stop: bool,
     want_logprobs: bool,
     report_tokens: bool,
-    /// The request id, for its hand-off.
-    request_id: String,
-    /// The decode engine to hand the request to after its first token, until it is asked to.
-    hand_off: Option<String>,
     _in_flight: InFlight,
 }
 
@@ -142,11 +138,6 @@ impl Generation {
             include_stop: params.include_stop_str,
             want_logprobs: params.sampling.logprobs.is_some(),
             report_tokens,
-            request_id: request_id.to_string(),
-            hand_off: match &moves {
-                Moves::HandOff(to) => Some(to.clone()),
-                _ => None,
-            },
             _in_flight: instance.track(),
         };
         if let Moves::Continue(ticket) = moves {
@@ -165,6 +156,10 @@ impl Generation {
             generation.push_choice(attached.seq, 0, prompt, params, attached.events);
             return Ok(generation);
         }
+        let hand_off_to = match &moves {
+            Moves::HandOff(to) => Some(to.clone()),
+            _ => None,
+        };
         let follows = matches!(moves, Moves::Follow | Moves::HandOff(_));
         for (p, (prompt, max_tokens)) in prompts.into_iter().enumerate() {
             for i in 0..params.n {
@@ -192,6 +187,9 @@ impl Generation {
                     })?;
                 generation.push_choice(seq, p, &prompt, params, receiver);
             }
+        }
+        if let Some(destination) = hand_off_to {
+            hand_off(instance, request_id, destination);
         }
         Ok(generation)
     }
@@ -295,9 +293,6 @@ impl Generation {
         match event {
             SeqEvent::Token(_, sampled) => {
                 choice.tokens += 1;
-                if let Some(destination) = self.hand_off.take() {
-                    hand_off(&self.instance, &self.request_id, destination);
-                }
                 update.tokens.push(sampled.token);
                 if self.want_logprobs {
                     update.logprobs.push(TokenLogprobs {
@@ -393,8 +388,9 @@ impl Drop for Generation {
     }
 }
 
-/// Moves request `request_id`, past its first token, to the decode engine at `destination`,
-/// without waiting; if that fails it goes on here.
+/// Hands request `request_id` to the decode engine at `destination`, without waiting: its KV
+/// is copied as its prompt is computed, and it moves at its first token; if that fails it goes
+/// on here.
 fn hand_off(instance: &Arc<Instance>, request_id: &str, destination: String) {
     let instance = instance.clone();
     let ask = MigrateRequest {
@@ -403,7 +399,7 @@ fn hand_off(instance: &Arc<Instance>, request_id: &str, destination: String) {
         requests: 1,
         reason: Some("pd".into()),
         first: MoveFirst::LeastKv,
-        at_once: true,
+        hand_off: true,
     };
     tokio::spawn(async move {
         let answer = crate::mover::migrate(&instance, &ask).await;

@@ -159,7 +159,7 @@ impl SchedulerService {
             requests,
             reason: Some(rule.to_string()),
             first: reason.first(),
-            at_once: false,
+            hand_off: false,
         };
         let mut call = self
             .migrations
