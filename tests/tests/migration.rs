@@ -615,7 +615,7 @@ async fn the_rescheduler_moves_the_least_urgent_request_to_make_room_for_an_urge
     let started = std::time::Instant::now();
     let urgent: Value = client
         .post(format!("{}/v1/completions", engines[0].url(0)))
-        .json(&json!({"prompt": "urgent", "max_tokens": 20, "priority": -5}))
+        .json(&json!({"prompt": "urgent", "max_tokens": 20, "ignore_eos": true, "priority": -5}))
         .send()
         .await
         .unwrap()

@@ -10,6 +10,7 @@ use switchyard_engine::backend::Backend;
 use switchyard_engine::batching::SeqId;
 use switchyard_engine::core::EngineCore;
 use switchyard_engine::migration::{Reservation, MAX_STAGES};
+use switchyard_engine::mover::MOVES_OUT_AT_ONCE;
 use switchyard_scheduler::rescheduler::ReschedulerConfig;
 
 /// Live migration's settings in a simulated cluster.
@@ -84,6 +85,9 @@ impl Cluster {
             else {
                 continue;
             };
+            if !self.has_free_lane(from) {
+                continue;
+            }
             let movable = self.nodes[from].core.movable(order.reason.first());
             let Some(&(seq, tokens)) = movable.first() else {
                 continue;
@@ -95,7 +99,7 @@ impl Cluster {
     /// Starts moving sequence `seq` (`tokens` computed) of node `from` to node `to`, for
     /// `label`: in stages while it decodes on, or, as a prefill/decode `hand_off`, stage after
     /// stage as its prompt is computed until its first token; false when `to` has no room (the
-    /// request stays).
+    /// request stays). The caller checks [`Cluster::has_free_lane`] first.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn start_move(
         &mut self,
@@ -113,6 +117,7 @@ impl Cluster {
         };
         let id = self.next_move;
         self.next_move += 1;
+        self.nodes[from].moving_out += 1;
         self.moves.insert(
             id,
             Move {
@@ -270,6 +275,7 @@ impl Cluster {
     /// goes on from there.
     fn take_in(&mut self, id: u64, since: f64, now: f64) {
         let m = self.moves.remove(&id).expect("live move");
+        self.nodes[m.from].moving_out -= 1;
         // The simulated backends send no bytes, but the KV goes the way a real engine's does.
         let blocks = self.nodes[m.from].core.blocks_of(m.seq).unwrap_or_default();
         let into = &m.reservation.blocks()[..blocks.len().min(m.reservation.blocks().len())];
@@ -301,9 +307,16 @@ impl Cluster {
     /// the destination's reservation is freed.
     fn abandon(&mut self, id: u64, why: &'static str) {
         let m = self.moves.remove(&id).expect("live move");
+        self.nodes[m.from].moving_out -= 1;
         self.nodes[m.from].core.resume(m.seq);
         self.nodes[m.to].core.cancel(m.reservation);
         *self.migration.abandoned.entry(why).or_default() += 1;
+    }
+
+    /// Whether node `n` may start another move out: an engine moves at most
+    /// [`MOVES_OUT_AT_ONCE`] requests at a time, and the others wait their turn.
+    pub(super) fn has_free_lane(&self, n: usize) -> bool {
+        self.nodes[n].moving_out < MOVES_OUT_AT_ONCE
     }
 
     fn node_index(&self, id: &str) -> Option<usize> {
