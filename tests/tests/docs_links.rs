@@ -44,3 +44,32 @@ fn every_relative_link_in_the_docs_points_at_a_file() {
     }
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
+
+/// Every SVG under `folder`, at any depth.
+fn svgs(folder: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(folder).expect("readable folder") {
+        let path = entry.expect("readable").path();
+        if path.is_dir() {
+            found.extend(svgs(&path));
+        } else if path.extension().is_some_and(|e| e == "svg") {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[test]
+fn every_picture_in_the_docs_has_a_png_beside_its_svg() {
+    let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    let missing: Vec<String> = svgs(&docs)
+        .into_iter()
+        .filter(|svg| !svg.with_extension("png").exists())
+        .map(|svg| svg.display().to_string())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "SVGs without a PNG (run scripts/svg_to_png.py):\n{}",
+        missing.join("\n")
+    );
+}
