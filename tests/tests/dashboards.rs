@@ -512,3 +512,183 @@ async fn panel_queries_have_data(args: &[&str], excused_here: impl Fn(&str) -> b
         empty.join("\n")
     );
 }
+
+/// One family as a `/metrics` page shows it: type, help and label names.
+#[derive(Default)]
+struct Family {
+    kind: String,
+    help: String,
+    labels: BTreeSet<String>,
+}
+
+/// Every family on a Prometheus text page.
+fn described_families(text: &str) -> std::collections::BTreeMap<String, Family> {
+    let mut out: std::collections::BTreeMap<String, Family> = Default::default();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            out.entry(name.to_string()).or_default().help = help.to_string();
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            out.entry(name.to_string()).or_default().kind = kind.to_string();
+        }
+    }
+    let kinds: HashMap<String, String> = out
+        .iter()
+        .map(|(n, f)| (n.clone(), f.kind.clone()))
+        .collect();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+        let family = family_of(&line[..name_end], &kinds);
+        let Some(labels) = line[name_end..]
+            .strip_prefix('{')
+            .and_then(|l| l.split_once('}'))
+        else {
+            continue;
+        };
+        let names = labels
+            .0
+            .split("\",")
+            .filter_map(|pair| pair.split_once('=').map(|(k, _)| k.trim().to_string()))
+            .filter(|k| k != "le" && k != "quantile");
+        if let Some(f) = out.get_mut(&family) {
+            f.labels.extend(names);
+        }
+    }
+    out
+}
+
+/// Which panels show each family: `dashboard / panel`, from the committed dashboards.
+fn panels_by_family(kinds: &HashMap<String, String>) -> HashMap<String, BTreeSet<String>> {
+    let mut out: HashMap<String, BTreeSet<String>> = HashMap::new();
+    for (_, d) in dashboards() {
+        let dashboard = d["title"]
+            .as_str()
+            .unwrap_or_default()
+            .trim_start_matches("switchyard / ");
+        for panel in panels(&d) {
+            let title = panel["title"].as_str().unwrap_or_default();
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                for name in selected_metrics(target["expr"].as_str().unwrap_or_default()) {
+                    out.entry(family_of(&name, kinds))
+                        .or_default()
+                        .insert(format!("{dashboard}: {title}"));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// docs/metrics.md as it should read: every family a `serve` exports (gateway, scheduler and
+/// process on its own page, each engine dialect on the engines'), then those that appear once
+/// their event happens, each with the dashboard panels that show it.
+async fn metrics_reference() -> String {
+    let client = reqwest::Client::new();
+    let mut pages: Vec<(String, String)> = Vec::new();
+    for dialect in ["vllm", "fastdeploy", "mindie"] {
+        let serve = Process::serve(
+            1,
+            &[
+                "--backend",
+                "sim",
+                "--sim-time-scale",
+                "1000",
+                "--metrics-dialect",
+                dialect,
+            ],
+        )
+        .await;
+        for i in 0..4 {
+            let body = serde_json::json!({"prompt": format!("reference {i}"), "max_tokens": 4,
+                "stream": i % 2 == 0});
+            let answer = client
+                .post(format!("{}/v1/completions", serve.url(0)))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            answer.bytes().await.unwrap();
+        }
+        if dialect == "vllm" {
+            pages.push((
+                "Gateway, scheduler and process (`serve`'s `/metrics`; a separate gateway or scheduler exports its own part)".into(),
+                metrics_text(&client, &serve.url(0)).await,
+            ));
+        }
+        let engine = metrics_text(&client, &serve.engine_url(0)).await;
+        // The process families are the same on every page: listed once, with the gateway's.
+        let engine: String = engine
+            .lines()
+            .filter(|l| !l.contains("process_"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        pages.push((format!("Engines, `--metrics-dialect {dialect}`"), engine));
+    }
+    let event_only: BTreeSet<&str> = EVENT_FAMILIES.iter().map(|(n, _)| *n).collect();
+    let mut kinds: HashMap<String, String> = HashMap::new();
+    for (_, text) in &pages {
+        kinds.extend(families(text));
+    }
+    let panels = panels_by_family(&kinds);
+    let shown = |family: &str| {
+        panels
+            .get(family)
+            .map(|p| p.iter().cloned().collect::<Vec<_>>().join("; "))
+            .unwrap_or_else(|| "-".into())
+    };
+    let cell = |s: &str| s.replace('|', "\\|");
+    let mut out = String::from(
+        "# Metrics reference\n\n\
+         Every metric family switchyard exports, with the dashboard panels (`dashboards/`) that show\n\
+         it. Written from what a running `switchyard serve` exports by `tests/tests/dashboards.rs`,\n\
+         which fails when this page is stale; `SWITCHYARD_BLESS=1 cargo test -p switchyard-tests\n\
+         --test dashboards metrics_reference` writes it again. Names, labels and buckets follow\n\
+         Llumnix (gateway, scheduler) and vLLM, FastDeploy and MindIE (engines).\n",
+    );
+    for (title, text) in &pages {
+        out.push_str(&format!(
+            "\n## {title}\n\n| family | type | labels | what | panels |\n|---|---|---|---|---|\n"
+        ));
+        for (name, f) in described_families(text) {
+            if event_only.contains(name.as_str()) {
+                continue;
+            }
+            let labels: Vec<&str> = f.labels.iter().map(String::as_str).collect();
+            out.push_str(&format!(
+                "| `{name}` | {} | {} | {} | {} |\n",
+                f.kind,
+                labels.join(", "),
+                cell(&f.help),
+                cell(&shown(&name))
+            ));
+        }
+    }
+    out.push_str(
+        "\n## Exported once their event happens\n\n| family | when | panels |\n|---|---|---|\n",
+    );
+    for (name, event) in EVENT_FAMILIES {
+        out.push_str(&format!(
+            "| `{name}` | once {event} | {} |\n",
+            cell(&shown(name))
+        ));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_metrics_reference_is_current() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
+    let expected = metrics_reference().await;
+    if std::env::var_os("SWITCHYARD_BLESS").is_some() {
+        std::fs::write(&path, &expected).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == expected,
+        "docs/metrics.md is stale: SWITCHYARD_BLESS=1 cargo test -p switchyard-tests --test dashboards metrics_reference"
+    );
+}
