@@ -343,6 +343,44 @@ async fn bad_migration_input_is_refused_and_changes_nothing() {
         .await
         .unwrap();
     assert_eq!(commit.status(), 400, "not a moved request");
+    // A real reservation, then a chunk whose blocks lie past any request and a moved request
+    // naming tokens outside the vocabulary: refused, and the engine goes on.
+    let reserved: Value = post(
+        "/internal/migrations",
+        json!({"request_id": "r", "model": "switchyard-builtin", "block_size": 16,
+            "kv_block_bytes": 65536, "tokens": 16}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let ticket = reserved["ticket"].as_str().expect("a ticket").to_string();
+    let empty = switchyard_engine::migration::KvChunk::new(0, 0, Vec::new());
+    let far = client
+        .put(format!("{base}/internal/migrations/{ticket}/kv"))
+        .header("x-switchyard-kv-first-block", u64::MAX.to_string())
+        .header("x-switchyard-kv-blocks", "1")
+        .header("x-switchyard-kv-checksum", empty.checksum.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(far.status(), 400, "{}", far.text().await.unwrap());
+    let moved = json!({"request_id": "r", "tokens": [1, 2, 99999999], "prompt_len": 2,
+        "num_computed": 2, "priority": 0,
+        "sampling": {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "seed": 0,
+            "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0,
+            "logit_bias": [], "logprobs": null},
+        "stop": {"max_tokens": 4, "min_tokens": 0, "ignore_eos": true, "eos_token_ids": [],
+            "stop_token_ids": []},
+        "cached_prompt_tokens": 0, "num_preemptions": 0,
+        "times": {"arrival": 0.0, "first_scheduled": null, "first_token": null, "last_token": null}});
+    let commit = post(&format!("/internal/migrations/{ticket}/commit"), moved)
+        .await
+        .unwrap();
+    assert_eq!(commit.status(), 400, "{}", commit.text().await.unwrap());
+    let healthy = client.get(format!("{base}/health")).send().await.unwrap();
+    assert_eq!(healthy.status(), 200);
     let text = metrics_text(&client, &base).await;
     assert_eq!(
         metric_value(

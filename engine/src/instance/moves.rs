@@ -550,7 +550,18 @@ impl Driver {
         let Some(mut reservation) = self.moves.incoming.remove(ticket) else {
             return Err(unknown_ticket(ticket));
         };
-        let end = chunk.first_block + chunk.num_blocks;
+        // No request has more blocks than the longest one allowed.
+        let most = self.core.config().max_model_len.div_ceil(block_size);
+        let end = chunk
+            .first_block
+            .checked_add(chunk.num_blocks)
+            .filter(|&end| end <= most);
+        let Some(end) = end else {
+            self.moves.incoming.insert(ticket.to_string(), reservation);
+            return Err(ApiError::invalid_request(
+                "The KV chunk's blocks lie beyond the longest request this engine takes.",
+            ));
+        };
         if !self
             .core
             .grow_reservation(&mut reservation, end * block_size)

@@ -14,6 +14,7 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use std::sync::Arc;
 use switchyard_protocol::migration::*;
+use switchyard_protocol::openai::validate::MAX_LOGPROBS;
 use switchyard_protocol::openai::ApiError;
 
 /// Most requests one migration call may move.
@@ -116,8 +117,57 @@ async fn commit(
     Path(ticket): Path<String>,
     OpenAiJson(moved): OpenAiJson<MovedSeq>,
 ) -> Result<StatusCode, HttpError> {
+    check_moved(
+        &moved,
+        instance.tokenizer.vocab_size(),
+        instance.info.max_model_len,
+    )?;
     instance.commit_move(ticket, moved).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Refuses a moved request this engine could not run as its source did: token ids outside the
+/// vocabulary, more tokens than the longest request, counts that do not add up, or sampling
+/// settings the API would have refused.
+fn check_moved(moved: &MovedSeq, vocab: usize, max_model_len: usize) -> Result<(), ApiError> {
+    let bad = |what: &str| {
+        Err(ApiError::invalid_request(format!(
+            "The moved request {what}."
+        )))
+    };
+    let s = &moved.sampling;
+    if moved.tokens.iter().any(|&t| t as usize >= vocab)
+        || s.logit_bias.iter().any(|&(t, _)| t as usize >= vocab)
+    {
+        return bad("names tokens outside this engine's vocabulary");
+    }
+    if moved.tokens.len() > max_model_len
+        || moved.prompt_len == 0
+        || moved.prompt_len > moved.tokens.len()
+        || moved.num_computed > moved.tokens.len()
+    {
+        return bad("has token counts that do not add up or fit");
+    }
+    let finite = [
+        s.temperature,
+        s.top_p,
+        s.min_p,
+        s.presence_penalty,
+        s.frequency_penalty,
+        s.repetition_penalty,
+    ]
+    .iter()
+    .all(|x| x.is_finite());
+    let in_range = s.temperature >= 0.0
+        && s.top_p > 0.0
+        && s.top_p <= 1.0
+        && (0.0..=1.0).contains(&s.min_p)
+        && s.repetition_penalty > 0.0
+        && s.logprobs.is_none_or(|n| i64::from(n) <= MAX_LOGPROBS);
+    if !(finite && in_range) {
+        return bad("has sampling settings out of range");
+    }
+    Ok(())
 }
 
 /// `DELETE /internal/migrations/{ticket}`: the move is off.
