@@ -365,3 +365,15 @@ impl Drop for VllmPublisher {
         let _ = self.child.wait();
     }
 }
+
+/// Appends the rest of an answer's body to `text` as it arrives, until the body ends (a piece
+/// that is not UTF-8 or a broken body fails the test).
+pub async fn read_rest<S>(body: &mut S, text: &mut String)
+where
+    S: futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
+{
+    use futures::StreamExt;
+    while let Some(piece) = body.next().await {
+        text.push_str(std::str::from_utf8(&piece.expect("the body goes on")).expect("UTF-8"));
+    }
+}

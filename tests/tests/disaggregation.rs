@@ -5,7 +5,7 @@
 
 use futures::StreamExt;
 use serde_json::{json, Value};
-use switchyard_tests::{metric_value, metrics_text, until_completing, Process};
+use switchyard_tests::{metric_value, metrics_text, read_rest, until_completing, Process};
 
 const CPU: [&str; 2] = ["--backend", "cpu"];
 
@@ -41,9 +41,7 @@ async fn post(base: &str, path: &str, body: &Value) -> reqwest::Response {
 async fn streamed(base: &str, path: &str, body: &Value) -> (String, Vec<f64>, bool) {
     let mut text = String::new();
     let mut stream = post(base, path, body).await.bytes_stream();
-    while let Some(piece) = stream.next().await {
-        text.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
-    }
+    read_rest(&mut stream, &mut text).await;
     read_stream(&text)
 }
 
@@ -165,9 +163,7 @@ async fn a_decode_engine_killed_mid_hand_off_or_a_prefill_engine_killed_mid_prom
     let mut text = String::from_utf8(stream.next().await.unwrap().unwrap().to_vec()).unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     decode.kill();
-    while let Some(piece) = stream.next().await {
-        text.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
-    }
+    read_rest(&mut stream, &mut text).await;
     let (got, _, done) = read_stream(&text);
     assert!(done, "{text}");
     assert_eq!(got, expected, "finished on the prefill engine");
@@ -212,9 +208,7 @@ async fn a_decode_engine_killed_mid_hand_off_or_a_prefill_engine_killed_mid_prom
     let mut stream = response.bytes_stream();
     prefill.kill();
     let mut text = String::new();
-    while let Some(piece) = stream.next().await {
-        text.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
-    }
+    read_rest(&mut stream, &mut text).await;
     let (got, _, done) = read_stream(&text);
     assert!(done, "{text}");
     assert!(!got.is_empty());

@@ -6,7 +6,9 @@
 
 use futures::StreamExt;
 use serde_json::{json, Value};
-use switchyard_tests::{metric_value, metrics_text, until_completing, until_schedulable, Process};
+use switchyard_tests::{
+    metric_value, metrics_text, read_rest, until_completing, until_schedulable, Process,
+};
 
 /// Two single-instance engine processes with `args`, a scheduler and a gateway over them.
 async fn cluster(args: &[&str]) -> (Vec<Process>, Process, Process) {
@@ -86,6 +88,33 @@ fn serving(engines: &[Process], response: &reqwest::Response) -> (usize, usize) 
     (i, 1 - i)
 }
 
+/// Opens `n` streams of `request` through the gateway, each past its first event, and reads
+/// the rest of each in a task of its own (whose answer is the stream's whole text).
+async fn open_streams(
+    gateway: &Process,
+    request: &Value,
+    n: usize,
+) -> Vec<tokio::task::JoinHandle<String>> {
+    let client = reqwest::Client::new();
+    let mut streams = Vec::new();
+    for _ in 0..n {
+        let response = client
+            .post(format!("{}/v1/completions", gateway.url(0)))
+            .json(request)
+            .send()
+            .await
+            .unwrap();
+        let mut body = response.bytes_stream();
+        let first = body.next().await.unwrap().unwrap();
+        streams.push(tokio::spawn(async move {
+            let mut text = String::from_utf8(first.to_vec()).unwrap();
+            read_rest(&mut body, &mut text).await;
+            text
+        }));
+    }
+    streams
+}
+
 /// Streams `request` through the gateway as `id`; once `after` events arrived, asks its engine
 /// to move it to `destination` (the other engine when `None`). The text of the whole stream and
 /// the migration's answer.
@@ -122,9 +151,7 @@ async fn stream_moving(
         .json()
         .await
         .unwrap();
-    while let Some(piece) = body.next().await {
-        text.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
-    }
+    read_rest(&mut body, &mut text).await;
     (text, moved)
 }
 
@@ -288,9 +315,7 @@ async fn a_move_that_cannot_happen_leaves_the_request_whole_where_it_was() {
         .unwrap();
     assert_eq!(answer["failed"][0]["reason"], "no_request", "{answer}");
     let mut rest = String::new();
-    while let Some(piece) = body.next().await {
-        rest.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
-    }
+    read_rest(&mut body, &mut rest).await;
     assert!(rest.ends_with("data: [DONE]\n\n"), "{rest}");
 }
 
@@ -397,24 +422,7 @@ async fn a_drained_engine_hands_every_running_request_over_and_none_is_lost() {
     let client = reqwest::Client::new();
     let request = json!({"prompt": "Drain me", "max_tokens": 300, "ignore_eos": true,
         "temperature": 0, "stream": true, "stream_options": {"include_usage": true}});
-    let mut streams = Vec::new();
-    for _ in 0..32 {
-        let response = client
-            .post(format!("{}/v1/completions", gateway.url(0)))
-            .json(&request)
-            .send()
-            .await
-            .unwrap();
-        let mut body = response.bytes_stream();
-        let first = body.next().await.unwrap().unwrap();
-        streams.push(tokio::spawn(async move {
-            let mut text = String::from_utf8(first.to_vec()).unwrap();
-            while let Some(piece) = body.next().await {
-                text.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
-            }
-            text
-        }));
-    }
+    let streams = open_streams(&gateway, &request, 32).await;
     let running = |text: &str| {
         metric_value(
             text,
@@ -507,9 +515,7 @@ async fn stream_with_fault(
     });
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     fault(engines, source, other);
-    while let Some(piece) = body.next().await {
-        text.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
-    }
+    read_rest(&mut body, &mut text).await;
     (text, answer.await.unwrap())
 }
 
@@ -590,9 +596,7 @@ async fn a_stalled_destination_is_given_up_and_the_request_goes_on() {
         "given up after the call timeout"
     );
     let mut rest = String::new();
-    while let Some(piece) = body.next().await {
-        rest.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
-    }
+    read_rest(&mut body, &mut rest).await;
     assert!(
         rest.ends_with("data: [DONE]\n\n"),
         "the request went on at its source"
@@ -625,24 +629,7 @@ async fn the_rescheduler_moves_the_least_urgent_request_to_make_room_for_an_urge
     until_completing(&gateway.url(0)).await;
     let relaxed = json!({"prompt": "relaxed", "max_tokens": 3000, "ignore_eos": true,
         "temperature": 0, "priority": 5, "stream": true});
-    let mut streams = Vec::new();
-    for _ in 0..2 {
-        let response = client
-            .post(format!("{}/v1/completions", gateway.url(0)))
-            .json(&relaxed)
-            .send()
-            .await
-            .unwrap();
-        let mut body = response.bytes_stream();
-        body.next().await.unwrap().unwrap();
-        streams.push(tokio::spawn(async move {
-            let mut text = String::new();
-            while let Some(piece) = body.next().await {
-                text.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
-            }
-            text
-        }));
-    }
+    let streams = open_streams(&gateway, &relaxed, 2).await;
     std::fs::write(
         &file,
         format!("{}\n{}\n", engines[0].url(0), engines[1].url(0)),

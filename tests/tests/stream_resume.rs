@@ -5,7 +5,7 @@
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::time::Duration;
-use switchyard_tests::{metric_value, metrics_text, until_schedulable, Process};
+use switchyard_tests::{metric_value, metrics_text, read_rest, until_schedulable, Process};
 
 const MODEL: &str = "qwen3-0.6b";
 
@@ -93,9 +93,7 @@ async fn a_stream_continues_on_another_engine_when_its_engine_dies() {
     }
     engines[victim].child.kill().unwrap();
     engines[victim].child.wait().unwrap();
-    while let Some(piece) = body.next().await {
-        text.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
-    }
+    read_rest(&mut body, &mut text).await;
     let (resumed, usage, done) = read_events(&text);
     assert!(done, "{text}");
     assert_eq!(resumed, expected, "the same text as an unbroken run");
