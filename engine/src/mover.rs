@@ -111,7 +111,6 @@ pub async fn migrate(instance: &Arc<Instance>, ask: &MigrateRequest) -> MigrateR
         match outcome {
             Ok(moved) => response.migrated.push(moved),
             Err(failure) => {
-                instance.give_up_move(p.seq);
                 tracing::info!(
                     "{}: moving {} to {} failed: {}",
                     instance.info.name,
@@ -138,7 +137,21 @@ struct Sent {
     bytes: u64,
 }
 
+/// Moves `p`; if that fails, it runs on here at once (before the other moves of the call end).
 async fn move_one(
+    instance: &Arc<Instance>,
+    peer: &Peer<'_>,
+    p: &Picked,
+    hand_off: bool,
+) -> Result<MigratedRequest, MoveFailure> {
+    let moved = try_move(instance, peer, p, hand_off).await;
+    if moved.is_err() {
+        instance.give_up_move(p.seq);
+    }
+    moved
+}
+
+async fn try_move(
     instance: &Arc<Instance>,
     peer: &Peer<'_>,
     p: &Picked,
@@ -173,8 +186,6 @@ async fn move_one(
     )
     .await;
     if let Err(failure) = copied {
-        // The request runs on here at once; the destination is told after.
-        instance.give_up_move(p.seq);
         peer.cancel_later(&ticket);
         return Err(failure);
     }

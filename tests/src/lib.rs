@@ -377,3 +377,49 @@ where
         text.push_str(std::str::from_utf8(&piece.expect("the body goes on")).expect("UTF-8"));
     }
 }
+
+/// What a streamed answer came to: its text, each token's logprob, its usage, and whether it
+/// ended with `[DONE]`.
+#[derive(Debug, PartialEq)]
+pub struct Streamed {
+    /// The text (completions' `text`, chat's `delta.content`).
+    pub text: String,
+    /// Each token's logprob, when asked for.
+    pub logprobs: Vec<f64>,
+    /// The last usage sent.
+    pub usage: Option<serde_json::Value>,
+    /// Whether it ended with `[DONE]`.
+    pub done: bool,
+}
+
+/// Reads a streamed answer's SSE text (an error event fails the test).
+pub fn read_stream(text: &str) -> Streamed {
+    let mut out = Streamed {
+        text: String::new(),
+        logprobs: Vec::new(),
+        usage: None,
+        done: false,
+    };
+    for data in text.split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
+        if data == "[DONE]" {
+            out.done = true;
+            continue;
+        }
+        let chunk: serde_json::Value = serde_json::from_str(data).unwrap();
+        assert!(chunk.get("error").is_none(), "{data}");
+        let choice = &chunk["choices"][0];
+        if let Some(t) = choice["text"].as_str() {
+            out.text.push_str(t);
+        }
+        if let Some(t) = choice["delta"]["content"].as_str() {
+            out.text.push_str(t);
+        }
+        if let Some(lps) = choice["logprobs"]["token_logprobs"].as_array() {
+            out.logprobs.extend(lps.iter().map(|v| v.as_f64().unwrap()));
+        }
+        if !chunk["usage"].is_null() {
+            out.usage = Some(chunk["usage"].clone());
+        }
+    }
+    out
+}

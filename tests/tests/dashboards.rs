@@ -224,39 +224,47 @@ fn every_dashboard_imports_as_is() {
     }
 }
 
+/// A `serve` of simulated engines exporting `dialect`, after `requests` short completions (half
+/// of them streamed) have gone through it.
+async fn loaded_serve(dialect: &str, engines: u16, requests: usize) -> Process {
+    let serve = Process::serve(
+        engines,
+        &[
+            "--backend",
+            "sim",
+            "--sim-time-scale",
+            "1000",
+            "--metrics-dialect",
+            dialect,
+        ],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    for i in 0..requests {
+        let body = serde_json::json!({
+            "prompt": format!("request {i} for the dashboards"),
+            "max_tokens": 4,
+            "stream": i % 2 == 0,
+        });
+        let answer = client
+            .post(format!("{}/v1/completions", serve.url(0)))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        answer.bytes().await.unwrap();
+    }
+    serve
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn dashboards_cover_every_exported_metric_and_name_nothing_else() {
     let client = reqwest::Client::new();
     let mut exported: HashMap<String, String> = HashMap::new();
     let mut per_dialect: Vec<(String, BTreeSet<String>)> = Vec::new();
     for dialect in ["vllm", "fastdeploy", "mindie"] {
-        let serve = Process::serve(
-            2,
-            &[
-                "--backend",
-                "sim",
-                "--sim-time-scale",
-                "1000",
-                "--metrics-dialect",
-                dialect,
-            ],
-        )
-        .await;
-        for i in 0..8 {
-            let body = serde_json::json!({
-                "prompt": format!("request {i} for the dashboards"),
-                "max_tokens": 4,
-                "stream": i % 2 == 0,
-            });
-            let answer = client
-                .post(format!("{}/v1/completions", serve.url(0)))
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(answer.status(), 200);
-            answer.bytes().await.unwrap();
-        }
+        let serve = loaded_serve(dialect, 2, 8).await;
         let mut names = BTreeSet::new();
         let mut texts = vec![metrics_text(&client, &serve.url(0)).await];
         for e in 0..2 {
@@ -590,29 +598,7 @@ async fn metrics_reference() -> String {
     let client = reqwest::Client::new();
     let mut pages: Vec<(String, String)> = Vec::new();
     for dialect in ["vllm", "fastdeploy", "mindie"] {
-        let serve = Process::serve(
-            1,
-            &[
-                "--backend",
-                "sim",
-                "--sim-time-scale",
-                "1000",
-                "--metrics-dialect",
-                dialect,
-            ],
-        )
-        .await;
-        for i in 0..4 {
-            let body = serde_json::json!({"prompt": format!("reference {i}"), "max_tokens": 4,
-                "stream": i % 2 == 0});
-            let answer = client
-                .post(format!("{}/v1/completions", serve.url(0)))
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            answer.bytes().await.unwrap();
-        }
+        let serve = loaded_serve(dialect, 1, 4).await;
         if dialect == "vllm" {
             pages.push((
                 "Gateway, scheduler and process (`serve`'s `/metrics`; a separate gateway or scheduler exports its own part)".into(),

@@ -11,22 +11,8 @@ const CPU: [&str; 2] = ["--backend", "cpu"];
 
 /// The concatenated text and logprobs of a streamed answer, and whether it ended with `[DONE]`.
 fn read_stream(text: &str) -> (String, Vec<f64>, bool) {
-    let (mut out, mut logprobs, mut done) = (String::new(), Vec::new(), false);
-    for data in text.split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
-        if data == "[DONE]" {
-            done = true;
-            continue;
-        }
-        let chunk: Value = serde_json::from_str(data).unwrap();
-        assert!(chunk.get("error").is_none(), "{data}");
-        let choice = &chunk["choices"][0];
-        out.push_str(choice["text"].as_str().unwrap_or_default());
-        out.push_str(choice["delta"]["content"].as_str().unwrap_or_default());
-        if let Some(lps) = choice["logprobs"]["token_logprobs"].as_array() {
-            logprobs.extend(lps.iter().map(|v| v.as_f64().unwrap()));
-        }
-    }
-    (out, logprobs, done)
+    let s = switchyard_tests::read_stream(text);
+    (s.text, s.logprobs, s.done)
 }
 
 async fn post(base: &str, path: &str, body: &Value) -> reqwest::Response {

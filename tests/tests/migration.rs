@@ -7,7 +7,8 @@
 use futures::StreamExt;
 use serde_json::{json, Value};
 use switchyard_tests::{
-    metric_value, metrics_text, read_rest, until_completing, until_schedulable, Process,
+    metric_value, metrics_text, read_rest, read_stream, until_completing, until_schedulable,
+    Process,
 };
 
 /// Two single-instance engine processes with `args`, a scheduler and a gateway over them.
@@ -26,16 +27,6 @@ async fn cluster(args: &[&str]) -> (Vec<Process>, Process, Process) {
 
 const CPU: &[&str] = &["--backend", "cpu"];
 
-/// What a streamed answer came to: its text, each token's logprob, its usage, and whether it
-/// ended with `[DONE]`.
-#[derive(Debug, PartialEq)]
-struct Streamed {
-    text: String,
-    logprobs: Vec<f64>,
-    usage: Option<Value>,
-    done: bool,
-}
-
 /// Prompt and completion tokens of a usage (cached tokens depend on what ran before).
 fn counts(usage: &Option<Value>) -> (Value, Value) {
     let usage = usage.as_ref().expect("usage at the end");
@@ -43,37 +34,6 @@ fn counts(usage: &Option<Value>) -> (Value, Value) {
         usage["prompt_tokens"].clone(),
         usage["completion_tokens"].clone(),
     )
-}
-
-fn read_stream(text: &str) -> Streamed {
-    let mut out = Streamed {
-        text: String::new(),
-        logprobs: Vec::new(),
-        usage: None,
-        done: false,
-    };
-    for data in text.split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
-        if data == "[DONE]" {
-            out.done = true;
-            continue;
-        }
-        let chunk: Value = serde_json::from_str(data).unwrap();
-        assert!(chunk.get("error").is_none(), "{data}");
-        let choice = &chunk["choices"][0];
-        if let Some(t) = choice["text"].as_str() {
-            out.text.push_str(t);
-        }
-        if let Some(t) = choice["delta"]["content"].as_str() {
-            out.text.push_str(t);
-        }
-        if let Some(lps) = choice["logprobs"]["token_logprobs"].as_array() {
-            out.logprobs.extend(lps.iter().map(|v| v.as_f64().unwrap()));
-        }
-        if !chunk["usage"].is_null() {
-            out.usage = Some(chunk["usage"].clone());
-        }
-    }
-    out
 }
 
 /// Which of `engines` the gateway's answer came from, and the other one.

@@ -39,26 +39,10 @@ fn serving_engine(engines: &[Process], response: &reqwest::Response) -> usize {
         .expect("the answer names its engine")
 }
 
-/// The text and usage of a streamed answer.
+/// The text and usage of a streamed answer, and whether it ended with `[DONE]`.
 fn read_events(text: &str) -> (String, Option<Value>, bool) {
-    let mut out = String::new();
-    let mut usage = None;
-    let mut done = false;
-    for data in text.split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
-        if data == "[DONE]" {
-            done = true;
-            continue;
-        }
-        let chunk: Value = serde_json::from_str(data).unwrap();
-        assert!(chunk.get("error").is_none(), "{data}");
-        if let Some(t) = chunk["choices"][0]["text"].as_str() {
-            out.push_str(t);
-        }
-        if !chunk["usage"].is_null() {
-            usage = Some(chunk["usage"].clone());
-        }
-    }
-    (out, usage, done)
+    let s = switchyard_tests::read_stream(text);
+    (s.text, s.usage, s.done)
 }
 
 #[tokio::test]

@@ -354,10 +354,8 @@ impl Driver {
             }
             if !self.core.has_work() {
                 back_to_back = false;
-                self.publish_if_changed();
-                match commands.recv().await {
-                    Some(cmd) => self.handle(cmd),
-                    None => return,
+                if !self.wait_for_command(&mut commands).await {
+                    return;
                 }
                 continue;
             }
@@ -374,10 +372,8 @@ impl Driver {
             let start = unix_now() - now.saturating_duration_since(start_instant).as_secs_f64();
             let Some(plan) = self.core.plan(start) else {
                 back_to_back = false;
-                self.publish_if_changed();
-                match commands.recv().await {
-                    Some(cmd) => self.handle(cmd),
-                    None => return,
+                if !self.wait_for_command(&mut commands).await {
+                    return;
                 }
                 continue;
             };
@@ -406,6 +402,19 @@ impl Driver {
             }
             self.flush_trace();
             back_to_back = true;
+        }
+    }
+
+    /// With nothing to step: publishes what changed and waits for the next command; false when
+    /// the instance is shut down.
+    async fn wait_for_command(&mut self, commands: &mut mpsc::UnboundedReceiver<Command>) -> bool {
+        self.publish_if_changed();
+        match commands.recv().await {
+            Some(cmd) => {
+                self.handle(cmd);
+                true
+            }
+            None => false,
         }
     }
 

@@ -368,25 +368,17 @@ impl Driver {
             } => {
                 let _ = reply.send(self.commit(ticket, *moved));
             }
-            MoveCommand::Cancel { ticket } => {
-                if let Some(reservation) = self.moves.incoming.remove(&ticket) {
-                    self.core.cancel(reservation);
-                    self.dirty = true;
-                }
-                if let Some((arrived, _)) = self.moves.arrived.remove(&ticket) {
-                    self.abort(arrived.seq, FinishReason::Abort);
-                }
-            }
+            MoveCommand::Cancel { ticket } => self.drop_ticket(&ticket),
             MoveCommand::Expire { ticket } => {
-                if let Some(reservation) = self.moves.incoming.remove(&ticket) {
-                    tracing::warn!("{}: move {ticket} never committed; freed", self.name);
-                    self.core.cancel(reservation);
-                    self.dirty = true;
+                if self.moves.incoming.contains_key(&ticket)
+                    || self.moves.arrived.contains_key(&ticket)
+                {
+                    tracing::warn!(
+                        "{}: move {ticket} was neither committed nor continued in time; given up",
+                        self.name
+                    );
                 }
-                if let Some((arrived, _)) = self.moves.arrived.remove(&ticket) {
-                    tracing::warn!("{}: no stream came for moved-in {ticket}", self.name);
-                    self.abort(arrived.seq, FinishReason::Abort);
-                }
+                self.drop_ticket(&ticket);
             }
             MoveCommand::Attach {
                 ticket,
@@ -395,6 +387,17 @@ impl Driver {
             } => {
                 let _ = reply.send(self.attach(&ticket, &tokens));
             }
+        }
+    }
+
+    /// Frees the reservation under `ticket`, or ends the request that arrived under it.
+    fn drop_ticket(&mut self, ticket: &str) {
+        if let Some(reservation) = self.moves.incoming.remove(ticket) {
+            self.core.cancel(reservation);
+            self.dirty = true;
+        }
+        if let Some((arrived, _)) = self.moves.arrived.remove(ticket) {
+            self.abort(arrived.seq, FinishReason::Abort);
         }
     }
 
@@ -490,12 +493,11 @@ impl Driver {
     }
 
     fn hand_over(&mut self, seq: SeqId, to: MigratedTo) -> bool {
-        self.moves.outgoing.remove(&seq);
+        self.moves.forget(seq);
         if self.core.hand_over(seq, unix_now()).is_none() {
             return false;
         }
         self.dirty = true;
-        self.moves.forget(seq);
         if let Some(route) = self.routes.remove(&seq) {
             let _ = route.send(SeqEvent::Moved(seq, to));
         }
@@ -547,7 +549,7 @@ impl Driver {
 
     fn import(&mut self, ticket: &str, chunk: KvChunk) -> Result<(), ApiError> {
         let block_size = self.core.config().block_size;
-        let Some(mut reservation) = self.moves.incoming.remove(ticket) else {
+        let Some(reservation) = self.moves.incoming.get_mut(ticket) else {
             return Err(unknown_ticket(ticket));
         };
         // No request has more blocks than the longest one allowed.
@@ -557,16 +559,11 @@ impl Driver {
             .checked_add(chunk.num_blocks)
             .filter(|&end| end <= most);
         let Some(end) = end else {
-            self.moves.incoming.insert(ticket.to_string(), reservation);
             return Err(ApiError::invalid_request(
                 "The KV chunk's blocks lie beyond the longest request this engine takes.",
             ));
         };
-        if !self
-            .core
-            .grow_reservation(&mut reservation, end * block_size)
-        {
-            self.moves.incoming.insert(ticket.to_string(), reservation);
+        if !self.core.grow_reservation(reservation, end * block_size) {
             return Err(
                 ApiError::unavailable("This engine ran out of room for the request.")
                     .with_code("no_room"),
@@ -574,27 +571,19 @@ impl Driver {
         }
         self.dirty = true;
         let backend = self.backend.as_mut().expect("imports wait for the backend");
-        let result = backend
+        backend
             .import_kv(&reservation.blocks()[chunk.first_block..end], &chunk.bytes)
-            .map_err(|e| ApiError::invalid_request(e.to_string()).with_code("shape_mismatch"));
-        if result.is_ok() {
-            self.metrics.on_kv_moved("in", chunk.bytes.len() as u64);
-        }
-        self.moves.incoming.insert(ticket.to_string(), reservation);
-        result
+            .map_err(|e| ApiError::invalid_request(e.to_string()).with_code("shape_mismatch"))?;
+        self.metrics.on_kv_moved("in", chunk.bytes.len() as u64);
+        Ok(())
     }
 
     fn commit(&mut self, ticket: String, moved: MovedSeq) -> Result<(), ApiError> {
         let Some(reservation) = self.moves.incoming.remove(&ticket) else {
             return Err(unknown_ticket(&ticket));
         };
+        // The handler checked the moved request's counts and ids (`server::migration`).
         let tokens = moved.tokens.clone();
-        if moved.prompt_len > moved.tokens.len() || moved.num_computed > moved.tokens.len() {
-            self.core.cancel(reservation);
-            return Err(ApiError::invalid_request(
-                "The moved request's token counts do not add up.",
-            ));
-        }
         let seq = match self.core.take_in(moved, reservation, unix_now()) {
             Ok(seq) => seq,
             Err(back) => {
