@@ -243,13 +243,10 @@ pub fn destination_for<'c>(
         .as_ref()
         .and_then(Load::of)
         .map_or(0.0, |l| l.mean_request);
-    cms.iter()
-        .filter(|s| s.meta.id != from && s.meta.model == source.meta.model)
-        .filter(|s| s.schedulable(now, staleness))
-        .filter_map(|s| Some((s, s.status.as_ref().and_then(Load::of)?)))
-        .filter(|(_, load)| !load.short && load.room >= moved)
-        .max_by(|a, b| a.1.freeness().total_cmp(&b.1.freeness()))
-        .map(|(s, _)| s)
+    let others = cms
+        .iter()
+        .filter(|s| s.meta.id != from && s.meta.model == source.meta.model);
+    freest_with_room(others, moved, now, staleness)
 }
 
 /// The decode instance of `model` a disaggregated request needing `tokens` of KV is handed to at
@@ -261,11 +258,24 @@ pub fn decode_instance_for<'c>(
     now: f64,
     staleness: f64,
 ) -> Option<&'c InstanceState> {
-    cms.iter()
-        .filter(|s| s.meta.model == model && s.meta.role == InferStage::Decode)
+    let decoders = cms
+        .iter()
+        .filter(|s| s.meta.model == model && s.meta.role == InferStage::Decode);
+    freest_with_room(decoders, tokens as f64, now, staleness)
+}
+
+/// The freest of `candidates` schedulable at `now` whose queue fits and who has room for
+/// `tokens` more tokens.
+fn freest_with_room<'c>(
+    candidates: impl Iterator<Item = &'c InstanceState>,
+    tokens: f64,
+    now: f64,
+    staleness: f64,
+) -> Option<&'c InstanceState> {
+    candidates
         .filter(|s| s.schedulable(now, staleness))
         .filter_map(|s| Some((s, s.status.as_ref().and_then(Load::of)?)))
-        .filter(|(_, load)| !load.short && load.room >= tokens as f64)
+        .filter(|(_, load)| !load.short && load.room >= tokens)
         .max_by(|a, b| a.1.freeness().total_cmp(&b.1.freeness()))
         .map(|(s, _)| s)
 }
