@@ -19,6 +19,12 @@ made here with `save_pretrained`, sharing the built-in model's tokenizer (prompt
    with a device-to-device copy. Goals: batch-1 decode of the 8B shape at >= 70% of the roofline;
    >= 3x transformers' throughput at batch 64.
 
+With --baseline-binary, the same benchmarks run with a second (older) binary in the same run,
+so a change is measured as a ratio on one machine (--rounds N alternates the two N times and
+keeps each one's best); with --profile, Nsight Compute times every
+kernel of a short batch-1 run of the last model (ncu.csv, and a per-kernel summary of the last
+decode step in results.md).
+
 Writes results.json and results.md to --out.
 """
 
@@ -207,19 +213,66 @@ def roofline_bandwidth():
     return 2 * x.numel() * rounds / seconds
 
 
-def bench_switchyard(binary, path):
-    run = run_binary(
-        [binary, "forward", "--backend", "cuda", "--model", path,
-         "--bench-batches", ",".join(map(str, BATCHES)), "--bench-prompt-len", str(BENCH_PROMPT),
-         "--bench-decode-steps", str(BENCH_DECODE), "--max-num-seqs", str(max(BATCHES)),
-         "--max-num-batched-tokens", "8192", "--max-model-len", "4096"])
+def forward_bench_command(binary, path, batches, decode_steps=BENCH_DECODE):
+    return [binary, "forward", "--backend", "cuda", "--model", path,
+            "--bench-batches", ",".join(map(str, batches)), "--bench-prompt-len",
+            str(BENCH_PROMPT), "--bench-decode-steps", str(decode_steps),
+            "--max-num-seqs", str(max(BATCHES)), "--max-num-batched-tokens", "8192",
+            "--max-model-len", "4096"]
+
+
+def bench_switchyard(binary, path, batches):
+    run = run_binary(forward_bench_command(binary, path, batches))
     return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
 
 
-def bench_transformers(path, vocab):
+def profile_kernels(binary, path, out):
+    """Every kernel of a batch-1 run (warm-up and measured prefill, 2 decode steps each) timed by
+    Nsight Compute; returns the last decode step's kernels as (name, microseconds) summed by
+    name, and writes the raw table to ncu.csv."""
+    ncu = shutil.which("ncu") or next(iter(glob.glob("/opt/nvidia/nsight-compute/*/ncu")), None)
+    if ncu is None:
+        log("profile skipped: no ncu")
+        return None
+    csv_path = os.path.join(out, "ncu.csv")
+    command = [ncu, "--clock-control", "none", "--cache-control", "none", "--graph-profiling",
+               "node", "--metrics",
+               "gpu__time_duration.sum", "--csv", "--print-units", "base"]
+    run = subprocess.run(command + forward_bench_command(binary, path, [1], decode_steps=2),
+                         capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
+    lines = run.stdout.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
+    if start is None:
+        log("profile failed:", run.stderr[-2000:], run.stdout[-2000:])
+        return None
+    with open(csv_path, "w") as f:
+        f.write("\n".join(lines[start:]) + "\n")
+    import csv
+    rows = [r for r in csv.DictReader(lines[start:]) if r.get("Metric Name") ==
+            "gpu__time_duration.sum"]
+    kernels = [(r["Kernel Name"].split("(")[0], float(r["Metric Value"].replace(",", "")) / 1e3) for r in rows]
+    # The last decode step: the kernels after the last embedding lookup.
+    last_embed = max(i for i, (name, _) in enumerate(kernels) if name == "embed")
+    summary = {}
+    for name, us in kernels[last_embed:]:
+        count, total = summary.get(name, (0, 0.0))
+        summary[name] = (count + 1, total + us)
+    return sorted(([n, c, t] for n, (c, t) in summary.items()), key=lambda r: -r[2])
+
+
+def best_rows(rows):
+    """The fastest decode measured at each batch size."""
+    best = {}
+    for row in rows:
+        if row["decode_tokens_per_s"] > best.get(row["batch"], {}).get("decode_tokens_per_s", 0):
+            best[row["batch"]] = row
+    return [best[b] for b in sorted(best)]
+
+
+def bench_transformers(path, vocab, batches):
     model = reference(path)
     rows = []
-    for batch in BATCHES:
+    for batch in batches:
         ids = torch.randint(1, min(vocab, 700), (batch, BENCH_PROMPT), device="cuda")
         kwargs = dict(do_sample=False, cache_implementation="static")
         try:
@@ -321,10 +374,13 @@ def markdown(results):
                      f"{c['transformers_against_f32']:.2e} | {c['passed']} |")
     lines += ["", "| model | batch | switchyard prefill tok/s | switchyard decode tok/s | "
               "transformers prefill tok/s | transformers decode tok/s | decode ratio | "
-              "batch-1 decode vs roofline |", "|---|---|---|---|---|---|---|---|"]
+              "batch-1 decode vs roofline | baseline decode tok/s | baseline prefill tok/s |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for b in results["benchmarks"]:
         theirs = {r["batch"]: r for r in b["transformers"]}
+        before = {r["batch"]: r for r in b.get("baseline", [])}
         for ours in b["switchyard"]:
+            was = before.get(ours["batch"], {})
             t = theirs.get(ours["batch"], {})
             ratio = (ours["decode_tokens_per_s"] / t["decode_tokens_per_s"]
                      if "decode_tokens_per_s" in t else float("nan"))
@@ -334,12 +390,20 @@ def markdown(results):
             lines.append(
                 f"| {b['model']} | {ours['batch']} | {ours['prefill_tokens_per_s']:.0f} | "
                 f"{ours['decode_tokens_per_s']:.0f} | {t.get('prefill_tokens_per_s', float('nan')):.0f} | "
-                f"{t.get('decode_tokens_per_s', float('nan')):.0f} | {ratio:.2f}x | {roof} |")
+                f"{t.get('decode_tokens_per_s', float('nan')):.0f} | {ratio:.2f}x | {roof} | "
+                f"{was.get('decode_tokens_per_s', float('nan')):.0f} | "
+                f"{was.get('prefill_tokens_per_s', float('nan')):.0f} |")
     for b in results["benchmarks"]:
         if "batch1_products_floor_ms" in b:
             lines.append(f"\n{b['model']}: a batch-1 decode step's matrix products alone take "
                          f"{b['batch1_products_floor_ms']:.2f} ms in PyTorch (cuBLAS, CUDA graph); "
                          f"the bandwidth roofline is {1e3 / b['roofline_decode_tokens_per_s']:.2f} ms.")
+    if results.get("profile"):
+        lines += ["", "Last batch-1 decode step, kernels timed by ncu:", "",
+                  "| kernel | launches | total us |", "|---|---|---|"]
+        lines += [f"| {name} | {count} | {us:.1f} |" for name, count, us in results["profile"]]
+        lines.append(f"| all | {sum(r[1] for r in results['profile'])} | "
+                     f"{sum(r[2] for r in results['profile']):.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -364,10 +428,20 @@ def main():
                         help="skip the two small models' checks")
     parser.add_argument("--skip-transformers-bench", action="store_true",
                         help="measure switchyard alone (the roofline goal needs no transformers run)")
+    parser.add_argument("--batches", default=",".join(map(str, BATCHES)),
+                        help="batch sizes to measure")
+    parser.add_argument("--baseline-binary",
+                        help="an older binary to measure beside --binary in the same run")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure switchyard (and the baseline, alternating) this many times "
+                             "and keep the fastest decode at each batch size")
+    parser.add_argument("--profile", action="store_true",
+                        help="time every kernel of a batch-1 run of the last model with ncu")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.work, exist_ok=True)
     binary = os.path.abspath(args.binary)
+    batches = [int(b) for b in args.batches.split(",")]
     kernels = subprocess.run([binary, "cuda-kernels"], capture_output=True, text=True)
     log("cuda-kernels", kernels.returncode, kernels.stdout.strip(), kernels.stderr.strip()[-2000:])
     tokenizer_files = builtin_tokenizer_files(binary, args.work)
@@ -388,18 +462,28 @@ def main():
             path = make_model(name, args.work, tokenizer_files)
             if not args.skip_checks:
                 results["checks"].append(check(binary, name, path, args.work))
-            try:
-                ours = bench_switchyard(binary, path)
-            except BinaryFailed as e:
-                log("switchyard bench", name, "failed:", str(e))
-                ours = []
-            log("switchyard", name, json.dumps(ours))
+            runs = {}
+            for _ in range(args.rounds):
+                for label, exe in [("switchyard", binary), ("baseline", args.baseline_binary)]:
+                    if exe is None:
+                        continue
+                    try:
+                        rows = bench_switchyard(os.path.abspath(exe), path, batches)
+                    except BinaryFailed as e:
+                        log(label, "bench", name, "failed:", str(e))
+                        rows = []
+                    log(label, name, json.dumps(rows))
+                    runs[label] = best_rows(runs.get(label, []) + rows)
+            ours = runs["switchyard"]
             theirs = ([] if args.skip_transformers_bench
-                      else bench_transformers(path, SHAPES[name]["vocab_size"]))
+                      else bench_transformers(path, SHAPES[name]["vocab_size"], batches))
             roofline = results["bandwidth_gb_s"] * 1e9 / weight_bytes(name)
             floor = products_floor_ms(name)
             log("batch-1 decode products alone in PyTorch (CUDA graph), ms", name, floor)
+            if args.profile and name == args.models.split(",")[-1]:
+                results["profile"] = profile_kernels(binary, path, args.out)
             results["benchmarks"].append(dict(model=name, switchyard=ours, transformers=theirs,
+                                              baseline=runs.get("baseline", []),
                                               batch1_products_floor_ms=floor,
                                               weight_bytes=weight_bytes(name),
                                               roofline_decode_tokens_per_s=roofline))

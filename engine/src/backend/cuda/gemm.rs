@@ -3,13 +3,20 @@
 use super::launch::Ptr;
 use cudarc::cublas::result::{gemm_ex, CublasError};
 use cudarc::cublas::{sys, CudaBlas};
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 use std::sync::Arc;
 
-/// A cuBLAS handle bound to one stream.
+/// Bytes of the workspace each handle gets: what cuBLAS recommends for Hopper (4 MiB for older
+/// GPUs, which larger does not hurt). Set explicitly, as PyTorch does, so that a product captured
+/// into a CUDA graph has the same workspace (and algorithms) as one run eagerly, and repeated
+/// captures do not each allocate their own.
+pub const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// A cuBLAS handle bound to one stream, with its workspace.
 #[derive(Debug)]
 pub struct Blas {
     blas: CudaBlas,
+    _workspace: CudaSlice<u8>,
 }
 
 /// The element type a product writes.
@@ -23,9 +30,19 @@ pub enum Output {
 
 impl Blas {
     /// A handle that queues its work on `stream`.
-    pub fn new(stream: Arc<CudaStream>) -> Result<Self, CublasError> {
+    pub fn new(stream: Arc<CudaStream>) -> Result<Self, String> {
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| format!("{e:?}"))?;
+        let mut workspace = stream
+            .alloc_zeros::<u8>(WORKSPACE_BYTES)
+            .map_err(|e| format!("cannot allocate its workspace: {e}"))?;
+        let (address, _) = workspace.device_ptr_mut(&stream);
+        // Safety: the workspace lives as long as the handle (both are fields of `Blas`).
+        unsafe { sys::cublasSetWorkspace_v2(*blas.handle(), address as *mut _, WORKSPACE_BYTES) }
+            .result()
+            .map_err(|e| format!("cannot set its workspace: {e:?}"))?;
         Ok(Blas {
-            blas: CudaBlas::new(stream)?,
+            blas,
+            _workspace: workspace,
         })
     }
 

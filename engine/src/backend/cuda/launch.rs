@@ -121,11 +121,12 @@ impl Kernels {
         out: Ptr,
         width: usize,
     ) -> Result<(), DriverError> {
+        let chunks = width.div_ceil(256) as u32;
         let width = width as i32;
         let mut b = stream.launch_builder(self.get("silu_mul"));
         b.arg(&gate_up).arg(&out).arg(&width);
         // Safety: rows * 2 * width values in, rows * width out.
-        unsafe { b.launch(config((rows as u32, 1, 1), 256)) }.map(drop)
+        unsafe { b.launch(config((rows as u32, chunks, 1), 256)) }.map(drop)
     }
 
     /// `out[r] = x[rows[r]]` for `count` rows of width `hidden`.

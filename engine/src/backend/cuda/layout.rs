@@ -8,8 +8,14 @@ use crate::sampling::NextToken;
 /// Queries per prefill tile (`PREFILL_QUERIES` in `attention.cu`).
 pub const PREFILL_QUERIES: usize = 16;
 
-/// Context positions one decode partition covers at least.
-pub const DECODE_PARTITION: usize = 256;
+/// Context positions a decode partition covers: the sizes steps are captured as CUDA graphs for,
+/// smallest first.
+pub const DECODE_PARTITIONS: [usize; 3] = [64, 128, 256];
+
+/// Decode attention blocks (query x head x partition) a step should launch to keep the GPU busy:
+/// about four a multiprocessor on an H100's 132. Fewer, and each block's serial walk over its
+/// partition sets the kernel's time.
+pub const DECODE_BLOCKS_TO_FILL: usize = 512;
 
 /// Most partitions a decode query's context is split into (sizes the kernel's workspace).
 pub const MAX_DECODE_PARTITIONS: usize = 32;
@@ -159,33 +165,39 @@ impl StepLayout {
         layout
     }
 
-    /// How the decode kernel splits the longest context: (partitions, positions in each).
-    /// Partitions hold [`DECODE_PARTITION`] positions unless that would take more than
-    /// [`MAX_DECODE_PARTITIONS`]; then they grow.
-    pub fn decode_split(&self) -> (usize, usize) {
+    /// How the decode kernel splits the longest context over `num_heads` query heads:
+    /// (partitions, positions in each). The largest of [`DECODE_PARTITIONS`] that launches
+    /// [`DECODE_BLOCKS_TO_FILL`] blocks within [`MAX_DECODE_PARTITIONS`]; else the smallest that
+    /// stays within them (a short context at a small batch); else partitions grow past the
+    /// standard sizes (a context over 32 x 256 positions).
+    pub fn decode_split(&self, num_heads: usize) -> (usize, usize) {
         let context = self.decode_max_context.max(1);
-        let partitions = context.div_ceil(DECODE_PARTITION);
-        if partitions <= MAX_DECODE_PARTITIONS {
-            (partitions, DECODE_PARTITION)
-        } else {
-            (
-                MAX_DECODE_PARTITIONS,
-                context.div_ceil(MAX_DECODE_PARTITIONS),
-            )
-        }
+        let queries = self.decode_tokens.len().max(1);
+        let fitting = DECODE_PARTITIONS
+            .iter()
+            .map(|&size| (context.div_ceil(size), size))
+            .filter(|&(partitions, _)| partitions <= MAX_DECODE_PARTITIONS);
+        let filling = fitting
+            .clone()
+            .rev()
+            .find(|&(partitions, _)| queries * num_heads * partitions >= DECODE_BLOCKS_TO_FILL);
+        filling.or(fitting.clone().next()).unwrap_or((
+            MAX_DECODE_PARTITIONS,
+            context.div_ceil(MAX_DECODE_PARTITIONS),
+        ))
     }
 
-    /// The shape a CUDA graph of this step would be captured for: a step of `n` decode tokens
-    /// only, every one sampling, split into partitions of the standard size. `None` for any other
-    /// step.
-    pub fn decode_graph_key(&self) -> Option<(usize, usize)> {
+    /// The shape a CUDA graph of this step would be captured for: (tokens, partitions, partition
+    /// size) of a step of decode tokens only, every one sampling, split into partitions of a
+    /// standard size. `None` for any other step.
+    pub fn decode_graph_key(&self, num_heads: usize) -> Option<(usize, usize, usize)> {
         let n = self.tokens.len();
-        let (partitions, size) = self.decode_split();
+        let (partitions, size) = self.decode_split(num_heads);
         (self.tile_tokens.is_empty()
             && self.decode_tokens.len() == n
             && self.sample_rows.len() == n
-            && size == DECODE_PARTITION)
-            .then_some((n, partitions))
+            && DECODE_PARTITIONS.contains(&size))
+        .then_some((n, partitions, size))
     }
 }
 
@@ -241,8 +253,8 @@ mod tests {
         assert_eq!(layout.sample_rows, vec![0, 23]);
         assert_eq!(layout.sample_scores, vec![false, false]);
         assert_eq!(layout.draws.temperature, vec![0.0, 0.0]);
-        assert_eq!(layout.decode_split(), (1, DECODE_PARTITION));
-        assert_eq!(layout.decode_graph_key(), None);
+        assert_eq!(layout.decode_split(32), (1, 64));
+        assert_eq!(layout.decode_graph_key(32), None);
     }
 
     #[test]
@@ -254,9 +266,40 @@ mod tests {
         };
         let layout = StepLayout::new(&batch, 16, 100);
         assert_eq!(layout.decode_max_context, 1501);
-        assert_eq!(layout.decode_split(), (6, DECODE_PARTITION));
-        assert_eq!(layout.decode_graph_key(), Some((1, 6)));
+        // One query of 32 heads: the smallest partitions that fit, for the most blocks.
+        assert_eq!(layout.decode_split(32), (24, 64));
+        assert_eq!(layout.decode_graph_key(32), Some((1, 24, 64)));
         assert_eq!(layout.sample_scores, vec![true]);
+    }
+
+    #[test]
+    fn large_batches_keep_the_largest_partitions_that_fill_the_gpu() {
+        let seqs = (0..64)
+            .map(|i| seq(i, vec![1], 575, (0..36).collect(), true))
+            .collect();
+        let layout = StepLayout::new(
+            &ModelBatch {
+                seqs,
+                ..Default::default()
+            },
+            16,
+            36,
+        );
+        assert_eq!(layout.decode_split(16), (3, 256));
+        assert_eq!(layout.decode_graph_key(16), Some((64, 3, 256)));
+        // Four queries of 32 heads fill it only with partitions of 128 positions.
+        let seqs = (0..4)
+            .map(|i| seq(i, vec![1], 575, (0..36).collect(), true))
+            .collect();
+        let layout = StepLayout::new(
+            &ModelBatch {
+                seqs,
+                ..Default::default()
+            },
+            16,
+            36,
+        );
+        assert_eq!(layout.decode_split(32), (5, 128));
     }
 
     #[test]
@@ -292,9 +335,9 @@ mod tests {
             seqs: vec![seq(1, vec![1], 31_999, blocks, true)],
             ..Default::default()
         };
-        let (partitions, size) = StepLayout::new(&batch, 16, 2000).decode_split();
+        let (partitions, size) = StepLayout::new(&batch, 16, 2000).decode_split(32);
         assert_eq!(partitions, MAX_DECODE_PARTITIONS);
         assert!(partitions * size >= 32_000);
-        assert_eq!(StepLayout::new(&batch, 16, 2000).decode_graph_key(), None);
+        assert_eq!(StepLayout::new(&batch, 16, 2000).decode_graph_key(32), None);
     }
 }

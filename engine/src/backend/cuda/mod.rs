@@ -182,7 +182,7 @@ impl CudaBackend {
             .ctx
             .new_stream()
             .map_err(fail("cannot create a stream"))?;
-        let blas = Blas::new(stream.clone()).map_err(|e| format!("cannot start cuBLAS: {e:?}"))?;
+        let blas = Blas::new(stream.clone()).map_err(|e| format!("cannot start cuBLAS: {e}"))?;
         let kv = KvCache::new(&stream, c, num_blocks, block_size)
             .map_err(fail("cannot allocate the KV cache"))?;
         let work =
@@ -240,8 +240,8 @@ impl CudaBackend {
     /// second time it is captured), eagerly otherwise.
     fn run_model(&mut self, layout: &StepLayout) -> Result<(), String> {
         let Some(key) = layout
-            .decode_graph_key()
-            .filter(|(n, _)| GRAPH_BATCH_SIZES.contains(n))
+            .decode_graph_key(self.model.config.num_heads)
+            .filter(|(n, ..)| GRAPH_BATCH_SIZES.contains(n))
         else {
             return self.launch_model(layout);
         };
@@ -405,7 +405,7 @@ impl CudaBackend {
             k.attention_decode(
                 s,
                 layout.decode_tokens.len(),
-                layout.decode_split(),
+                layout.decode_split(c.num_heads),
                 wk.qkv.ptr(),
                 wk.attention.ptr(),
                 caches,
@@ -538,11 +538,12 @@ impl CudaBackend {
 /// Decode batch sizes whose steps are replayed from CUDA graphs.
 const GRAPH_BATCH_SIZES: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
-/// Captured decode steps by (batch size, attention partitions), and the shapes run once.
+/// Captured decode steps by (batch size, attention partitions, partition size), and the shapes
+/// run once.
 #[derive(Default)]
 struct DecodeGraphs {
-    warmed: Vec<(usize, usize)>,
-    captured: HashMap<(usize, usize), SentGraph>,
+    warmed: Vec<(usize, usize, usize)>,
+    captured: HashMap<(usize, usize, usize), SentGraph>,
 }
 
 /// A captured graph that moves with its backend between threads.

@@ -2,6 +2,7 @@
 //! all sized once for the engine's limits so that a step never allocates.
 
 use super::buffer::Buffer;
+use super::gemm;
 use super::layout::{StepLayout, ADJUST_FIELDS, MAX_DECODE_PARTITIONS};
 use crate::model::ModelConfig;
 use cudarc::driver::{CudaStream, DriverError};
@@ -19,7 +20,8 @@ pub struct Limits {
     pub max_blocks: usize,
 }
 
-/// Element counts of every step buffer, shared by the allocation and the memory plan.
+/// Element counts of every step buffer, shared by the allocation and the memory plan (which
+/// also counts the cuBLAS handle's workspace).
 struct Sizes {
     hidden_rows: usize,
     qkv: usize,
@@ -61,7 +63,7 @@ impl Sizes {
         let f32_values = self.logits + self.partial_out + self.partial_stats + 8 * l.max_seqs;
         let int_values = 7 * l.max_tokens + self.block_tables + 5 * l.max_seqs;
         let adjustments = ADJUST_FIELDS * l.max_tokens;
-        2 * bf16_values + 4 * (f32_values + int_values + adjustments)
+        2 * bf16_values + 4 * (f32_values + int_values + adjustments) + gemm::WORKSPACE_BYTES
     }
 }
 
@@ -119,7 +121,7 @@ pub struct Workspace {
 }
 
 impl Workspace {
-    /// Bytes a workspace for `config` and `limits` takes.
+    /// Bytes a workspace for `config` and `limits` takes, the cuBLAS workspace included.
     pub fn bytes(config: &ModelConfig, limits: &Limits) -> usize {
         Sizes::new(config, limits).bytes(limits)
     }

@@ -32,16 +32,19 @@ extern "C" __global__ void add_rms_norm(bf16* residual, const bf16* delta, const
     }
 }
 
-// gate_up rows are [gate | up], `width` each; out = SiLU(gate) * up. One block per row.
+// gate_up rows are [gate | up], `width` each; out = SiLU(gate) * up. Grid (rows, column chunks),
+// one element a thread: a batch-1 decode step has one row, and one block walking a 14k-wide row
+// alone waits on memory once per element.
 extern "C" __global__ void silu_mul(const bf16* gate_up, bf16* out, int width) {
+    const int i = blockIdx.y * blockDim.x + threadIdx.x;
+    if (i >= width) {
+        return;
+    }
     const bf16* gate = gate_up + (size_t)blockIdx.x * 2 * width;
     const bf16* up = gate + width;
-    bf16* dst = out + (size_t)blockIdx.x * width;
-    for (int i = threadIdx.x; i < width; i += blockDim.x) {
-        const float g = bf16_to_f32(gate[i]);
-        const float silu = round_bf16(g / (1.0f + expf(-g)));
-        dst[i] = f32_to_bf16(silu * bf16_to_f32(up[i]));
-    }
+    const float g = bf16_to_f32(gate[i]);
+    const float silu = round_bf16(g / (1.0f + expf(-g)));
+    out[(size_t)blockIdx.x * width + i] = f32_to_bf16(silu * bf16_to_f32(up[i]));
 }
 
 // out[r] = x[rows[r]]; one block per gathered row.
