@@ -27,3 +27,9 @@ pub mod vllm_kv_events;
 /// stream: each event then carries them in an SSE comment line, `: token_ids 1,2,3`, which SSE
 /// clients ignore and switchyard's gateway reads (to resume a broken stream elsewhere) and drops.
 pub const TOKEN_IDS_HEADER: &str = "x-switchyard-token-ids";
+
+/// The request header, on a request that continues another engine's answer (it moved, or that
+/// engine broke), that counts the prompt's last tokens which that engine generated but whose text
+/// was never sent: they end in an unfinished UTF-8 character. The engine sends their text with
+/// the first text it makes, as the first engine would have.
+pub const UNSENT_TOKENS_HEADER: &str = "x-switchyard-unsent-tokens";

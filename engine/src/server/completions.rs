@@ -4,7 +4,8 @@ use super::errors::{HttpError, OpenAiJson};
 use super::generation::{Generation, TokenLogprobs};
 use super::params::GenerationParams;
 use super::{
-    check_model, moves_of, sse_response, wants_token_ids, Payload, RequestId, ResponseShape,
+    check_model, moves_of, sse_response, unsent_tokens, wants_token_ids, Payload, RequestId,
+    ResponseShape,
 };
 use crate::instance::Instance;
 use axum::extract::State;
@@ -28,7 +29,8 @@ pub async fn completions(
         tok.vocab_size(),
         &instance.generation_defaults.sampling(),
     )?;
-    let params = GenerationParams::from_checked(checked, &req.sampling, tok.eos_token_ids());
+    let mut params = GenerationParams::from_checked(checked, &req.sampling, tok.eos_token_ids());
+    params.unsent_tokens = unsent_tokens(&headers)?;
     let mut prompts = Vec::new();
     for input in req.prompt.into_inputs() {
         let ids = match input {

@@ -140,6 +140,20 @@ impl Generation {
             report_tokens,
             _in_flight: instance.track(),
         };
+        if params.unsent_tokens > 0 {
+            let [(prompt, _)] = &prompts[..] else {
+                return Err(ApiError::invalid_request(
+                    "Unsent tokens continue exactly one prompt.",
+                ));
+            };
+            if params.unsent_tokens > prompt.len() {
+                return Err(ApiError::invalid_request(format!(
+                    "{} unsent tokens is more than the prompt's {}.",
+                    params.unsent_tokens,
+                    prompt.len()
+                )));
+            }
+        }
         if let Moves::Continue(ticket) = moves {
             let [(prompt, _)] = &prompts[..] else {
                 return Err(ApiError::invalid_request(
@@ -207,7 +221,11 @@ impl Generation {
         self.choices.push(ChoiceState {
             seq,
             prompt: p,
-            decoder: IncrementalDecoder::new(prompt, params.skip_special_tokens),
+            decoder: IncrementalDecoder::continuing(
+                prompt,
+                params.unsent_tokens,
+                params.skip_special_tokens,
+            ),
             held: String::new(),
             tokens: 0,
             cached_tokens: 0,

@@ -177,6 +177,24 @@ fn moves_of(headers: &axum::http::HeaderMap, stream: bool) -> generation::Moves 
     }
 }
 
+/// The count of unsent tokens a continuing request names
+/// ([`switchyard_protocol::UNSENT_TOKENS_HEADER`]); 0 without the header.
+fn unsent_tokens(headers: &axum::http::HeaderMap) -> Result<usize, ApiError> {
+    let Some(value) = headers.get(switchyard_protocol::UNSENT_TOKENS_HEADER) else {
+        return Ok(0);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| {
+            ApiError::invalid_request(format!(
+                "{} must be a count of tokens.",
+                switchyard_protocol::UNSENT_TOKENS_HEADER
+            ))
+        })
+}
+
 /// Whether a request asked for token ids in its stream ([`switchyard_protocol::TOKEN_IDS_HEADER`]).
 fn wants_token_ids(headers: &axum::http::HeaderMap) -> bool {
     headers.contains_key(switchyard_protocol::TOKEN_IDS_HEADER)

@@ -29,6 +29,9 @@ pub struct GenerationParams {
     pub continuous_usage: bool,
     /// Explicit `max_tokens`, if given.
     pub max_tokens: Option<u32>,
+    /// The prompt's last tokens that another engine generated without sending their text
+    /// ([`switchyard_protocol::UNSENT_TOKENS_HEADER`]); 0 for a request of a client.
+    pub unsent_tokens: usize,
 }
 
 impl GenerationParams {
@@ -64,6 +67,7 @@ impl GenerationParams {
             include_usage: c.include_usage,
             continuous_usage: c.continuous_usage,
             max_tokens: c.max_tokens,
+            unsent_tokens: 0,
         }
     }
 }

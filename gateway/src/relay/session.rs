@@ -25,7 +25,7 @@ use switchyard_http::sse::SseSplitter;
 use switchyard_protocol::migration::MigratedTo;
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{EngineKind, Observed};
-use switchyard_text::tokenizer::Tokenizer;
+use switchyard_text::tokenizer::{IncrementalDecoder, Tokenizer};
 
 /// What the session read next.
 pub enum Step {
@@ -285,6 +285,7 @@ impl Session {
         self.splitter = SseSplitter::default();
         self.upstream_started = false;
         self.release = None;
+        let (held, unsent) = self.unseen_text();
         let opener = self.opener.clone();
         let opened = opener
             .open_pool(
@@ -295,6 +296,7 @@ impl Session {
                     upstream: &self.upstream,
                     resume: Some(Resume {
                         generated: &self.generated,
+                        unsent,
                     }),
                     exclude: self.excluded.clone(),
                     deadline: self.deadline,
@@ -340,17 +342,19 @@ impl Session {
         self.kind = opened.kind;
         self.body = opened.response.body;
         self.release = opened.release;
-        self.held = self.held_back_text();
+        self.held = self.held_chunk(held);
         Ok(())
     }
 
     /// Continues the answer on the engine the request moved to; if that fails, resumes it
     /// elsewhere by recomputation, as a broken stream.
     async fn follow_move(&mut self, to: MigratedTo) -> Result<(), ApiError> {
+        let (held, unsent) = self.unseen_text();
         let opened = match (&self.pool_model, self.upstream.prompt()) {
             (Some(model), Some(_)) => {
                 let resume = Resume {
                     generated: &self.generated,
+                    unsent,
                 };
                 let body = self
                     .upstream
@@ -361,7 +365,7 @@ impl Session {
                         &to.ticket,
                         &self.upstream,
                         &self.request_id,
-                        body,
+                        (body, unsent),
                     )
                     .await
             }
@@ -403,7 +407,7 @@ impl Session {
         self.kind = Some(EngineKind::Switchyard);
         self.body = answer.body;
         self.last_heard = tokio::time::Instant::now();
-        self.held = self.held_back_text();
+        self.held = self.held_chunk(held);
         Ok(())
     }
 
@@ -415,18 +419,29 @@ impl Session {
         }
     }
 
-    /// A chunk with the text the broken instance generated but had not sent yet (held back
-    /// while it could have been the start of a stop string).
-    fn held_back_text(&mut self) -> Option<Bytes> {
-        let resume = self.resume.as_ref()?;
-        let prompt = self.upstream.prompt()?;
-        let mut all = prompt.to_vec();
-        all.extend_from_slice(&self.generated);
-        let prompt_text = resume.tokenizer.decode(prompt, true);
-        let all_text = resume.tokenizer.decode(&all, true);
-        let generated = all_text.strip_prefix(prompt_text.as_str())?;
-        let held = generated.strip_prefix(self.sent_text.as_str())?;
-        if held.is_empty() || held.ends_with('\u{FFFD}') {
+    /// What the client has not seen of the generated tokens' text, when the answer goes on
+    /// elsewhere: the whole text the last engine held back (while it could have been the start
+    /// of a stop string), and how many of the last tokens end in an unfinished character, which
+    /// the next engine sends with its first text ([`Resume::unsent`]).
+    fn unseen_text(&self) -> (String, usize) {
+        let (Some(resume), Some(prompt)) = (self.resume.as_ref(), self.upstream.prompt()) else {
+            return (String::new(), 0);
+        };
+        let Some((whole, unsent)) =
+            IncrementalDecoder::whole_text(&resume.tokenizer, prompt, &self.generated, true)
+        else {
+            return (String::new(), 0);
+        };
+        let held = whole
+            .strip_prefix(self.sent_text.as_str())
+            .unwrap_or_default();
+        (held.to_string(), unsent)
+    }
+
+    /// A chunk with `held`, text the last instance generated but had not sent, shaped as its
+    /// last chunk was; `None` when there is none.
+    fn held_chunk(&mut self, held: String) -> Option<Bytes> {
+        if held.is_empty() {
             return None;
         }
         let mut chunk: Value = serde_json::from_slice(self.last_chunk.as_ref()?).ok()?;
@@ -438,7 +453,7 @@ impl Session {
         if let Some(map) = chunk.as_object_mut() {
             map.remove("usage");
         }
-        self.sent_text.push_str(held);
+        self.sent_text.push_str(&held);
         Some(Bytes::from(chunk.to_string()))
     }
 

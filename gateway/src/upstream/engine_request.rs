@@ -29,6 +29,9 @@ const USAGE_AT_THE_END: &str = r#"{"include_usage":true}"#;
 pub struct Resume<'a> {
     /// Tokens generated before the stream broke.
     pub generated: &'a [u32],
+    /// How many of their last ones end in an unfinished character whose text the client has not
+    /// seen ([`switchyard_protocol::UNSENT_TOKENS_HEADER`]).
+    pub unsent: usize,
 }
 
 impl UpstreamRequest {
@@ -196,6 +199,7 @@ mod tests {
             EngineKind::Switchyard,
             Some(Resume {
                 generated: &[7, 8, 9],
+                unsent: 0,
             }),
         ));
         assert_eq!(resumed["prompt"], json!([1, 2, 7, 8, 9]));
@@ -226,7 +230,10 @@ mod tests {
         let resumed = parse(r.for_pool(
             "m",
             EngineKind::Switchyard,
-            Some(Resume { generated: &[1] }),
+            Some(Resume {
+                generated: &[1],
+                unsent: 0,
+            }),
         ));
         assert_eq!(resumed["max_tokens"], 9);
         assert!(resumed.get("max_completion_tokens").is_none());

@@ -290,7 +290,11 @@ impl Opener {
 
     /// Places the request in the pool and opens its answer, retrying elsewhere on failures
     /// before the first byte; its waits are timed on `alarm`.
-    pub async fn open_pool(&self, ask: PoolAsk<'_>, alarm: &mut Alarm) -> Result<Opened, ApiError> {
+    pub async fn open_pool(
+        &self,
+        mut ask: PoolAsk<'_>,
+        alarm: &mut Alarm,
+    ) -> Result<Opened, ApiError> {
         let prepared = ask.prepared;
         let mut request = ScheduleRequest {
             request_id: ask.request_id.to_string(),
@@ -301,7 +305,7 @@ impl Opener {
             max_tokens: prepared.max_tokens,
             priority: prepared.priority,
             gateway: Some(self.gateway_id.clone()),
-            exclude: ask.exclude,
+            exclude: std::mem::take(&mut ask.exclude),
             ..Default::default()
         };
         let started = Instant::now();
@@ -345,7 +349,7 @@ impl Opener {
             alarm.as_mut().reset(first_byte_by);
             let outcome = tokio::select! {
                 biased;
-                sent = self.send_to_instance(&decision, ask.upstream, ask.request_id, body) => match sent {
+                sent = self.send_to_instance(&decision, &ask, body) => match sent {
                     Ok(answer) => TryOutcome::Answered(answer),
                     Err(e) => TryOutcome::Unreachable(e),
                 },
@@ -407,53 +411,59 @@ impl Opener {
 
     /// Sends a pool request to the instance `decision` chose. A switchyard engine is asked for
     /// token ids, and told the gateway follows the request if it moves (when it could resume it),
-    /// and which decode engine to hand it to, when the placement is disaggregated.
+    /// which decode engine to hand it to, when the placement is disaggregated, and how many of
+    /// a resumed request's tokens have text the client has not seen.
     async fn send_to_instance(
         &self,
         decision: &ScheduleDecision,
-        upstream: &UpstreamRequest,
-        request_id: &str,
+        ask: &PoolAsk<'_>,
         body: bytes::Bytes,
     ) -> std::io::Result<Answer> {
+        let upstream = ask.upstream;
         let path = upstream.route().path();
         let switchyard = decision.kind == EngineKind::Switchyard;
-        let hand_off = match hands_off(decision, upstream) {
-            true => decision.decode.as_ref().map_or("", |d| d.endpoint.as_str()),
-            false => "",
-        };
-        let all = [
+        let mut headers = vec![
             ("content-type", "application/json"),
-            ("x-request-id", request_id),
-            (switchyard_protocol::TOKEN_IDS_HEADER, "1"),
-            (FOLLOW_MIGRATION_HEADER, "1"),
-            (HAND_OFF_HEADER, hand_off),
+            ("x-request-id", ask.request_id),
         ];
-        let headers = match (switchyard, upstream.resumable(), hand_off.is_empty()) {
-            (true, true, false) => &all[..],
-            (true, true, true) => &all[..4],
-            (true, false, _) => &all[..3],
-            (false, _, _) => &all[..2],
-        };
-        self.post_to(&decision.endpoint, switchyard, path, headers, body)
+        let unsent = ask.resume.map_or(0, |r| r.unsent).to_string();
+        if switchyard {
+            headers.push((switchyard_protocol::TOKEN_IDS_HEADER, "1"));
+            if upstream.resumable() {
+                headers.push((FOLLOW_MIGRATION_HEADER, "1"));
+                if hands_off(decision, upstream) {
+                    if let Some(decode) = &decision.decode {
+                        headers.push((HAND_OFF_HEADER, decode.endpoint.as_str()));
+                    }
+                }
+            }
+            if unsent != "0" {
+                headers.push((switchyard_protocol::UNSENT_TOKENS_HEADER, &unsent));
+            }
+        }
+        self.post_to(&decision.endpoint, switchyard, path, &headers, body)
             .await
     }
 
     /// Opens the rest of a request's answer on the switchyard engine at `endpoint`, where it
-    /// moved under `ticket`; `body` is the request continued from the tokens already relayed.
+    /// moved under `ticket`; `body` is the request continued from the tokens already relayed, of
+    /// which the last `unsent` have text the client has not seen.
     pub async fn open_moved(
         &self,
         endpoint: &str,
         ticket: &str,
         upstream: &UpstreamRequest,
         request_id: &str,
-        body: bytes::Bytes,
+        (body, unsent): (bytes::Bytes, usize),
     ) -> std::io::Result<Answer> {
+        let unsent = unsent.to_string();
         let headers = [
             ("content-type", "application/json"),
             ("x-request-id", request_id),
             (switchyard_protocol::TOKEN_IDS_HEADER, "1"),
             (FOLLOW_MIGRATION_HEADER, "1"),
             (MIGRATION_TICKET_HEADER, ticket),
+            (switchyard_protocol::UNSENT_TOKENS_HEADER, &unsent),
         ];
         let path = upstream.route().path();
         let sent = self.post_to(endpoint, true, path, &headers, body);

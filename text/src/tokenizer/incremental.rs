@@ -17,9 +17,17 @@ pub struct IncrementalDecoder {
 impl IncrementalDecoder {
     /// A decoder that starts after `context` (e.g. the prompt), which is never emitted.
     pub fn new(context: &[u32], skip_special_tokens: bool) -> Self {
-        let keep = context.len().min(6);
+        Self::continuing(context, 0, skip_special_tokens)
+    }
+
+    /// A decoder for a `context` whose last `unsent` tokens were generated earlier but their text
+    /// was never emitted (it ended in an unfinished character when the answer moved): their text
+    /// comes out with the text of the tokens pushed next; the rest is never emitted.
+    pub fn continuing(context: &[u32], unsent: usize, skip_special_tokens: bool) -> Self {
+        let sent = context.len() - unsent.min(context.len());
+        let keep = sent.min(6);
         IncrementalDecoder {
-            ids: context[context.len() - keep..].to_vec(),
+            ids: context[sent - keep..].to_vec(),
             prefix_offset: 0,
             read_offset: keep,
             skip_special_tokens,
@@ -42,6 +50,31 @@ impl IncrementalDecoder {
             delta
         } else {
             String::new()
+        }
+    }
+
+    /// Splits `generated`, which follows `context`, where its text stops being whole: the text
+    /// of the tokens before the split, and how many tokens come after it, whose text ends in an
+    /// unfinished character (U+FFFD) and which a streaming decoder still holds back. `None` when
+    /// the context's text is not the start of the whole text.
+    pub fn whole_text(
+        tokenizer: &Tokenizer,
+        context: &[u32],
+        generated: &[u32],
+        skip_special_tokens: bool,
+    ) -> Option<(String, usize)> {
+        let context_text = tokenizer.decode(context, skip_special_tokens);
+        let mut all = context.to_vec();
+        all.extend_from_slice(generated);
+        let mut unsent = 0;
+        loop {
+            let text = tokenizer.decode(&all, skip_special_tokens);
+            let text = text.strip_prefix(context_text.as_str())?;
+            if !text.ends_with('\u{FFFD}') || unsent == generated.len() {
+                return Some((text.to_string(), unsent));
+            }
+            all.pop();
+            unsent += 1;
         }
     }
 
@@ -68,5 +101,35 @@ mod tests {
         let mut dec = IncrementalDecoder::new(&prompt, true);
         let streamed: String = ids.iter().map(|&id| dec.push(&tok, id)).collect();
         assert_eq!(streamed, text);
+    }
+
+    #[test]
+    fn a_stream_continued_anywhere_emits_what_one_decoder_would() {
+        let tok = builtin_tokenizer();
+        let prompt = tok.encode("Say:", false).unwrap();
+        let text = tok.encode(" ünïcødé ✓ 日本語 words", false).unwrap();
+        // Reversed, multi-token characters become invalid byte sequences.
+        let garbled: Vec<u32> = text.iter().rev().copied().collect();
+        let mut splits_inside_a_character = 0;
+        for ids in [text, garbled] {
+            let mut whole = IncrementalDecoder::new(&prompt, true);
+            let unmoved: String = ids.iter().map(|&id| whole.push(&tok, id)).collect();
+            for split in 0..=ids.len() {
+                let mut first = IncrementalDecoder::new(&prompt, true);
+                let before: String = ids[..split]
+                    .iter()
+                    .map(|&id| first.push(&tok, id))
+                    .collect();
+                let (complete, unsent) =
+                    IncrementalDecoder::whole_text(&tok, &prompt, &ids[..split], true).unwrap();
+                assert_eq!(complete, before, "split at {split}");
+                splits_inside_a_character += usize::from(unsent > 0);
+                let context = [&prompt[..], &ids[..split]].concat();
+                let mut next = IncrementalDecoder::continuing(&context, unsent, true);
+                let after: String = ids[split..].iter().map(|&id| next.push(&tok, id)).collect();
+                assert_eq!(before + &after, unmoved, "split at {split}");
+            }
+        }
+        assert!(splits_inside_a_character > 0);
     }
 }
