@@ -102,30 +102,35 @@ impl Process {
     /// `instances` instances, and waits until every one answers `/health`. The backend is the
     /// simulated one unless `args` name another.
     pub async fn engine(instances: u16, args: &[&str]) -> Process {
-        Self::engine_on(free_ports(instances), instances, args).await
+        healthy_on_free_ports(instances, |port| {
+            Self::engine_spawned(port, instances, args)
+        })
+        .await
     }
 
     /// Starts `switchyard engine` as [`Process::engine`] does, on `port` and after.
     pub async fn engine_on(port: u16, instances: u16, args: &[&str]) -> Process {
-        let count = instances.to_string();
-        let mut all = vec!["--instances", count.as_str()];
-        if !args.contains(&"--backend") {
-            all.extend(["--backend", "sim"]);
-        }
-        all.extend_from_slice(args);
-        let process = Self::spawn("engine", port, &all);
+        let process = Self::engine_spawned(port, instances, args);
         for i in 0..instances {
             wait_healthy(&process.url(i)).await;
         }
         process
     }
 
+    fn engine_spawned(port: u16, instances: u16, args: &[&str]) -> Process {
+        let count = instances.to_string();
+        let mut all = vec!["--instances", count.as_str()];
+        if !args.contains(&"--backend") {
+            all.extend(["--backend", "sim"]);
+        }
+        all.extend_from_slice(args);
+        Self::spawn("engine", port, &all)
+    }
+
     /// Starts `switchyard scheduler` with `args` (which name its instances), and waits for its
     /// `/health`.
     pub async fn scheduler(args: &[&str]) -> Process {
-        let process = Self::spawn("scheduler", free_ports(1), args);
-        wait_healthy(&process.url(0)).await;
-        process
+        healthy_on_free_ports(1, |port| Self::spawn("scheduler", port, args)).await
     }
 
     /// Starts `switchyard scheduler` with `args` without waiting for it to listen.
@@ -136,9 +141,7 @@ impl Process {
     /// Starts `switchyard gateway` with `args` (which name its scheduler), and waits for its
     /// `/health`.
     pub async fn gateway(args: &[&str]) -> Process {
-        let process = Self::spawn("gateway", free_ports(1), args);
-        wait_healthy(&process.url(0)).await;
-        process
+        healthy_on_free_ports(1, |port| Self::spawn("gateway", port, args)).await
     }
 
     /// Starts `switchyard scheduler` on `port` with `args`, and waits for its `/health`.
@@ -152,18 +155,20 @@ impl Process {
     /// `--decode-engines` in `args` must add up to it) and `args`, and waits for the gateway's
     /// `/health` (its URL is `url(0)`).
     pub async fn serve(engines: u16, args: &[&str]) -> Process {
-        let engine_port = free_ports(engines);
-        let (count, first) = (engines.to_string(), engine_port.to_string());
-        let mut all = vec!["--engine-port", first.as_str()];
-        // A disaggregated serve counts its engines as prefill plus decode ones.
-        if !args.contains(&"--prefill-engines") {
-            all.extend(["--engines", count.as_str()]);
-        }
-        all.extend_from_slice(args);
-        let mut process = Self::spawn("serve", free_ports(1), &all);
-        process.engine_port = engine_port;
-        wait_healthy(&process.url(0)).await;
-        process
+        healthy_on_free_ports(1, |port| {
+            let engine_port = free_ports(engines);
+            let (count, first) = (engines.to_string(), engine_port.to_string());
+            let mut all = vec!["--engine-port", first.as_str()];
+            // A disaggregated serve counts its engines as prefill plus decode ones.
+            if !args.contains(&"--prefill-engines") {
+                all.extend(["--engines", count.as_str()]);
+            }
+            all.extend_from_slice(args);
+            let mut process = Self::spawn("serve", port, &all);
+            process.engine_port = engine_port;
+            process
+        })
+        .await
     }
 
     /// Base URL of instance `i`.
@@ -207,6 +212,49 @@ impl Drop for Process {
 /// The cache directory test processes use (the built-in model is written there).
 pub fn test_cache_dir() -> PathBuf {
     std::env::temp_dir().join("switchyard-test-cache")
+}
+
+/// Starts a process with `spawn` on free ports (`count` of them from the port it is given) until
+/// its first `count` URLs answer `/health`. A port found free can still be taken, by another
+/// test's outgoing connection say, before the child binds it; the child then exits, and is
+/// started again on other ports.
+async fn healthy_on_free_ports(count: u16, spawn: impl Fn(u16) -> Process) -> Process {
+    for _ in 0..5 {
+        let mut process = spawn(free_ports(count));
+        if became_healthy(&mut process, count).await {
+            return process;
+        }
+    }
+    panic!("the process exited five times before it answered /health");
+}
+
+/// Waits up to 60 s for the first `count` URLs of `process` to answer `/health`; false as soon as
+/// the process has exited.
+async fn became_healthy(process: &mut Process, count: u16) -> bool {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut i = 0;
+    while i < count {
+        if Instant::now() >= deadline {
+            panic!("{} did not become healthy", process.url(i));
+        }
+        if let Ok(Some(status)) = process.child.try_wait() {
+            eprintln!(
+                "{} exited ({status}) before it answered /health",
+                process.url(i)
+            );
+            return false;
+        }
+        match client
+            .get(format!("{}/health", process.url(i)))
+            .send()
+            .await
+        {
+            Ok(r) if r.status().is_success() => i += 1,
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    true
 }
 
 /// Waits up to 60 s for `GET base/health` to answer 200.
