@@ -212,12 +212,13 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
                 mean_abs(|e| e.tpot)
             );
             let m = &run.migration;
-            if config.rescheduling.is_some() {
+            let moves = !m.moved.is_empty() || !m.abandoned.is_empty();
+            if config.rescheduling.is_some() || moves {
                 let mut pauses = m.pauses.clone();
                 pauses.sort_by(f64::total_cmp);
                 let p99 = pauses.get((pauses.len() * 99 / 100).min(pauses.len().saturating_sub(1)));
                 eprintln!(
-                    "live migration: moved {:?}, given up {:?}, {:.1} GB of KV copied, pause p99 {:.1} ms",
+                    "live migration and hand-offs: moved {:?}, given up {:?}, {:.1} GB of KV copied, pause p99 {:.1} ms",
                     m.moved,
                     m.abandoned,
                     m.copied_tokens as f64 * config.shape.kv_bytes_per_token() as f64 / 1e9,

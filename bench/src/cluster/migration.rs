@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 use switchyard_engine::backend::Backend;
 use switchyard_engine::batching::SeqId;
 use switchyard_engine::core::EngineCore;
+use switchyard_engine::instance::MAX_INCOMING;
 use switchyard_engine::migration::{Reservation, MAX_STAGES};
 use switchyard_engine::mover::MOVES_OUT_AT_ONCE;
 use switchyard_scheduler::rescheduler::ReschedulerConfig;
@@ -27,7 +28,8 @@ pub struct MigrationTally {
     pub moved: BTreeMap<&'static str, u64>,
     /// Moves given up, by why: `finished` (the request ended first), `preempted` (its source
     /// dropped its KV to make room; it is recomputed there) or `no_room` (the destination could
-    /// not hold it); the request stayed on its source in every case.
+    /// not hold it, or took in as many moves at once as an engine does); the request stayed on
+    /// its source in every case.
     pub abandoned: BTreeMap<&'static str, u64>,
     /// Seconds each completed move kept its request suspended.
     pub pauses: Vec<f64>,
@@ -98,8 +100,9 @@ impl Cluster {
 
     /// Starts moving sequence `seq` (`tokens` computed) of node `from` to node `to`, for
     /// `label`: in stages while it decodes on, or, as a prefill/decode `hand_off`, stage after
-    /// stage as its prompt is computed until its first token; false when `to` has no room (the
-    /// request stays). The caller checks [`Cluster::has_free_lane`] first.
+    /// stage as its prompt is computed until its first token; false when `to` has no room or
+    /// already takes [`MAX_INCOMING`] moves in, as an engine refuses more (the request stays).
+    /// The caller checks [`Cluster::has_free_lane`] first.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn start_move(
         &mut self,
@@ -111,7 +114,11 @@ impl Cluster {
         hand_off: bool,
         now: f64,
     ) -> bool {
-        let Some(reservation) = self.nodes[to].core.reserve(tokens + 1) else {
+        let incoming = self.moves.values().filter(|m| m.to == to).count();
+        let reserved = (incoming < MAX_INCOMING)
+            .then(|| self.nodes[to].core.reserve(tokens + 1))
+            .flatten();
+        let Some(reservation) = reserved else {
             *self.migration.abandoned.entry("no_room").or_default() += 1;
             return false;
         };

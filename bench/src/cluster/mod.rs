@@ -747,6 +747,35 @@ mod tests {
     }
 
     #[test]
+    fn a_decode_instance_takes_in_as_many_hand_offs_at_once_as_an_engine_does() {
+        // Four prefill instances, two lanes each, hand a burst to one decode instance with KV
+        // room for all of it: past MAX_INCOMING at once it refuses, as an engine does, and those
+        // requests finish where they were computed.
+        let requests = shared_prefix_requests(64, 0.001);
+        let tokenizer = switchyard_text::tokenizer::builtin_tokenizer();
+        let config = ClusterConfig {
+            prefill_instances: Some(4),
+            ..config(5, Policy::Predictive)
+        };
+        let corpus = switchyard_text::tokenizer::BUILTIN_CORPUS;
+        let run = Cluster::new(&config, &tokenizer, corpus).unwrap().run(
+            &requests,
+            &Words::builtin(),
+            &tokenizer,
+            &ProgressBar::hidden(),
+        );
+        for o in &run.outcomes {
+            assert_eq!(o.error, None);
+            assert_eq!(o.output_tokens, 16);
+        }
+        let m = &run.migration;
+        let handed = m.moved.get("pd_handoff").copied().unwrap_or(0);
+        let refused = m.abandoned.get("no_room").copied().unwrap_or(0);
+        assert!(handed > 0 && refused > 0, "{m:?}");
+        assert_eq!(handed + m.abandoned.values().sum::<u64>(), 64, "{m:?}");
+    }
+
+    #[test]
     fn every_request_finishes_with_its_tokens_and_the_run_repeats_exactly() {
         let requests = shared_prefix_requests(64, 0.01);
         let run = simulate(4, Policy::CacheAware, &requests);
