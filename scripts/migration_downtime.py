@@ -3,9 +3,10 @@
 it (its engine dies and the gateway resumes it elsewhere by recomputing prompt and output).
 
 Runs two `switchyard engine --backend cpu` processes (the built-in model unless --model names a
-directory), a scheduler and a gateway, all separate. For each context length, each trial streams
-one completion of that many prompt tokens (fresh random ids, so no prefix is cached) through the
-gateway and, after --move-after tokens:
+directory; `--backend cuda` on a GPU machine, with `--engine-args` such as
+`--gpu-memory-utilization 0.4` so that both fit), a scheduler and a gateway, all separate. For
+each context length, each trial streams one completion of that many prompt tokens (fresh random
+ids, so no prefix is cached) through the gateway and, after --move-after tokens:
 
 - migration: asks the serving engine to move it (`POST /v1/migrations`) to the other one;
 - recomputation: kills the serving engine (SIGKILL), so the gateway resumes the stream on the
@@ -14,16 +15,19 @@ gateway and, after --move-after tokens:
 Downtime is the largest gap between two tokens the client received after the move began, minus
 the median gap before it (the normal step time). Prints one table row per length and way: the
 median and largest downtime over the trials, the median step, and, for migration, the median
-pause the source reported (suspended_ms) and the KV bytes moved.
+pause the source reported (suspended_ms) and the KV bytes moved. Every request is greedy; with
+--check-identity each moved one is streamed again unmoved and must give the same text.
 
     scripts/migration_downtime.py [--binary target/release/switchyard] [--lengths 256,2048,8192]
                                   [--trials 10] [--model builtin]
-                                  [--ways migration,recomputation]
+                                  [--ways migration,recomputation] [--backend cpu]
+                                  [--engine-args "..."] [--check-identity]
 """
 
 import argparse
 import json
 import random
+import shlex
 import statistics
 import subprocess
 import sys
@@ -65,8 +69,9 @@ def wait_schedulable(count):
 
 
 class Cluster:
-    def __init__(self, binary, model, max_len):
+    def __init__(self, binary, model, max_len, backend="cpu", engine_args=()):
         self.binary, self.model, self.max_len = binary, model, max_len
+        self.backend, self.engine_args = backend, list(engine_args)
         self.log = open("/tmp/migration_downtime.log", "w")
         self.engines = {port: self.start_engine(port) for port in ENGINES}
         instances = ",".join(f"http://127.0.0.1:{p}" for p in ENGINES)
@@ -107,8 +112,8 @@ class Cluster:
 
     def start_engine(self, port):
         process = self.spawn(
-            "engine", "--backend", "cpu", "--model", self.model, "--port", str(port),
-            "--max-model-len", str(self.max_len),
+            "engine", "--backend", self.backend, "--model", self.model, "--port", str(port),
+            "--max-model-len", str(self.max_len), *self.engine_args,
         )
         wait_healthy(port)
         return process
@@ -123,24 +128,45 @@ class Cluster:
             p.kill()
 
 
-def trial(cluster, length, way, tokens, move_after):
-    """One stream of `length` prompt tokens moved `way`; (downtime s, step s, report)."""
-    rid = f"{way}-{length}-{random.getrandbits(40):x}"
-    prompt = [random.randrange(300, cluster.vocab) for _ in range(length)]
+def stream(cluster, prompt, tokens, rid, on_token):
+    """Streams a greedy completion of `prompt` through the gateway, calling `on_token(response,
+    count)` as each token arrives; the text."""
     body = json.dumps({"model": cluster.name, "prompt": prompt, "max_tokens": tokens,
                        "ignore_eos": True,
                        "temperature": 0, "stream": True}).encode()
     request = urllib.request.Request(
         f"http://127.0.0.1:{GATEWAY}/v1/completions", data=body,
         headers={"content-type": "application/json", "x-request-id": rid})
-    arrivals, report, moved_at = [], {}, [None]
     try:
         response = urllib.request.urlopen(request, timeout=300)
     except urllib.error.HTTPError as e:
         sys.exit(f"{rid}: the gateway answered {e.code}: {e.read().decode()}")
+    text, count = [], 0
     with response:
+        for line in response:
+            if not line.startswith(b"data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk["choices"] and chunk["choices"][0]["text"] is not None:
+                text.append(chunk["choices"][0]["text"])
+                count += 1
+                on_token(response, count)
+    return "".join(text)
+
+
+def trial(cluster, length, way, tokens, move_after, check_identity=False):
+    """One stream of `length` prompt tokens moved `way`; (downtime s, step s, report)."""
+    rid = f"{way}-{length}-{random.getrandbits(40):x}"
+    prompt = [random.randrange(300, cluster.vocab) for _ in range(length)]
+    arrivals, report, moved_at = [], {}, [None]
+
+    def on_token(response, count):
+        arrivals.append(time.perf_counter())
+        if count != move_after:
+            return
         source = int(response.headers["x-switchyard-instance"].rsplit(":", 1)[1])
         other = ENGINES[1 - ENGINES.index(source)]
+        report["source"] = source
 
         def move():
             moved_at[0] = time.perf_counter()
@@ -151,16 +177,21 @@ def trial(cluster, length, way, tokens, move_after):
             else:
                 cluster.engines[source].kill()
 
-        for line in response:
-            if not line.startswith(b"data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            if chunk["choices"] and chunk["choices"][0]["text"] is not None:
-                arrivals.append(time.perf_counter())
-                if len(arrivals) == move_after:
-                    threading.Thread(target=move).start()
+        threading.Thread(target=move).start()
+
+    moved_text = stream(cluster, prompt, tokens, rid, on_token)
+    source = report.pop("source", None)
     if way == "recomputation":
         cluster.restart(source)
+    if check_identity:
+        # Computed afresh, as the moved one was: a cached prefix would be computed in other
+        # chunks, which bf16 need not round the same way.
+        for port in ENGINES:
+            call(f"http://127.0.0.1:{port}/reset_prefix_cache", {})
+        unmoved = stream(cluster, prompt, tokens, rid + "-unmoved", lambda *_: None)
+        if unmoved != moved_text:
+            sys.exit(f"{rid}: moved {way} the text differs from unmoved:\n{moved_text!r}\n"
+                     f"{unmoved!r}")
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
     step = statistics.median(gaps[: move_after - 1])
     after = [b - a for a, b in zip(arrivals, arrivals[1:]) if b > moved_at[0]]
@@ -178,16 +209,22 @@ def main():
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--move-after", type=int, default=16)
     parser.add_argument("--ways", default="migration,recomputation")
+    parser.add_argument("--backend", default="cpu")
+    parser.add_argument("--engine-args", default="", help="more flags for both engines")
+    parser.add_argument("--check-identity", action="store_true",
+                        help="stream each prompt again unmoved and compare the texts")
     args = parser.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
-    cluster = Cluster(args.binary, args.model, max(lengths) + args.tokens + 16)
+    cluster = Cluster(args.binary, args.model, max(lengths) + args.tokens + 16, args.backend,
+                      shlex.split(args.engine_args))
     print("| context (tokens) | way | downtime median (ms) | downtime max (ms) | step median (ms) "
           "| source pause median (ms) | KV moved (MB) |")
     print("|---|---|---|---|---|---|---|")
     try:
         for length in lengths:
             for way in args.ways.split(","):
-                rows = [trial(cluster, length, way, args.tokens, args.move_after)
+                rows = [trial(cluster, length, way, args.tokens, args.move_after,
+                              args.check_identity)
                         for _ in range(args.trials)]
                 downs = [r[0] * 1e3 for r in rows]
                 steps = [r[1] * 1e3 for r in rows]

@@ -23,7 +23,9 @@ With --baseline-binary, the same benchmarks run with a second (older) binary in 
 so a change is measured as a ratio on one machine (--rounds N alternates the two N times and
 keeps each one's best); with --profile, Nsight Compute times every
 kernel of a short batch-1 run of the last model (ncu.csv, and a per-kernel summary of the last
-decode step in results.md).
+decode step in results.md); with --migration, two CUDA engines on the GPU move greedy requests
+between them mid-stream (`scripts/migration_downtime.py --backend cuda --check-identity`, on the
+first model): the downtime table, and a failure if a moved request's text differs.
 
 Writes results.json and results.md to --out.
 """
@@ -260,6 +262,19 @@ def profile_kernels(binary, path, out):
     return sorted(([n, c, t] for n, (c, t) in summary.items()), key=lambda r: -r[2])
 
 
+def migration_downtime(binary, path):
+    """The downtime table of requests moved between two CUDA engines sharing the GPU, each
+    moved request checked against the same prompt unmoved; the script's output."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "migration_downtime.py")
+    run = subprocess.run(
+        [sys.executable, script, "--binary", binary, "--model", path, "--backend", "cuda",
+         "--engine-args", "--gpu-memory-utilization 0.35", "--lengths", "256,2048,8192",
+         "--trials", "5", "--check-identity"],
+        capture_output=True, text=True, timeout=2 * STEP_TIMEOUT_S)
+    log("migration", run.returncode, run.stdout, run.stderr[-2000:])
+    return dict(returncode=run.returncode, table=run.stdout, error=run.stderr[-2000:])
+
+
 def best_rows(rows):
     """The fastest decode measured at each batch size."""
     best = {}
@@ -398,6 +413,10 @@ def markdown(results):
             lines.append(f"\n{b['model']}: a batch-1 decode step's matrix products alone take "
                          f"{b['batch1_products_floor_ms']:.2f} ms in PyTorch (cuBLAS, CUDA graph); "
                          f"the bandwidth roofline is {1e3 / b['roofline_decode_tokens_per_s']:.2f} ms.")
+    if results.get("migration"):
+        m = results["migration"]
+        lines += ["", f"Migration between two CUDA engines (exit {m['returncode']}):", "",
+                  m["table"] or m["error"]]
     if results.get("profile"):
         lines += ["", "Last batch-1 decode step, kernels timed by ncu:", "",
                   "| kernel | launches | total us |", "|---|---|---|"]
@@ -435,6 +454,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=1,
                         help="measure switchyard (and the baseline, alternating) this many times "
                              "and keep the fastest decode at each batch size")
+    parser.add_argument("--migration", action="store_true",
+                        help="move requests between two CUDA engines on the first model")
     parser.add_argument("--profile", action="store_true",
                         help="time every kernel of a batch-1 run of the last model with ncu")
     args = parser.parse_args()
@@ -480,6 +501,8 @@ def main():
             roofline = results["bandwidth_gb_s"] * 1e9 / weight_bytes(name)
             floor = products_floor_ms(name)
             log("batch-1 decode products alone in PyTorch (CUDA graph), ms", name, floor)
+            if args.migration and name == args.models.split(",")[0]:
+                results["migration"] = migration_downtime(binary, path)
             if args.profile and name == args.models.split(",")[-1]:
                 results["profile"] = profile_kernels(binary, path, args.out)
             results["benchmarks"].append(dict(model=name, switchyard=ours, transformers=theirs,

@@ -61,11 +61,14 @@ pub struct ModelOutput {
 }
 
 /// Why KV could not move between engines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KvMoveError {
     /// The backend has no way to send or receive KV yet.
     #[error("this backend cannot move KV between engines yet")]
     Unsupported,
+    /// The device failed while copying.
+    #[error("the device could not move KV: {0}")]
+    Device(String),
     /// The bytes do not fit the blocks they were sent for.
     #[error("{got} KV bytes for blocks that hold {expected}")]
     SizeMismatch {

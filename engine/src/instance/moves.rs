@@ -7,6 +7,7 @@
 //! part is [`crate::migration`].
 
 use super::{Command, Driver, Instance};
+use crate::backend::KvMoveError;
 use crate::batching::SeqId;
 use crate::core::SeqEvent;
 use crate::migration::{KvChunk, MovedSeq, Reservation};
@@ -72,7 +73,8 @@ pub struct Exported {
 /// Why a move cannot go on: a reason for the counts and a sentence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MoveFailure {
-    /// `finished`, `preempted`, `unsupported`, `no_room`, `refused`, `unreachable`, ...
+    /// `finished`, `preempted`, `unsupported`, `export_failed`, `no_room`, `refused`,
+    /// `unreachable`, ...
     pub reason: &'static str,
     /// For people.
     pub message: String,
@@ -476,9 +478,13 @@ impl Driver {
         let blocks_computed = computed.div_ceil(block_size).min(blocks.len());
         let end = blocks_computed.min(from_block.saturating_add(max_blocks));
         let sent = blocks.get(from_block..end).unwrap_or_default();
-        let bytes = backend
-            .export_kv(sent)
-            .map_err(|e| MoveFailure::new("unsupported", e.to_string()))?;
+        let bytes = backend.export_kv(sent).map_err(|e| {
+            let reason = match e {
+                KvMoveError::Unsupported => "unsupported",
+                _ => "export_failed",
+            };
+            MoveFailure::new(reason, e.to_string())
+        })?;
         let modeled_seconds = backend.modeled_kv_link().map_or(0.0, |link| {
             link.seconds(sent.len() as u64 * backend.kv_block_bytes()) / self.time_scale
         });
@@ -573,7 +579,12 @@ impl Driver {
         let backend = self.backend.as_mut().expect("imports wait for the backend");
         backend
             .import_kv(&reservation.blocks()[chunk.first_block..end], &chunk.bytes)
-            .map_err(|e| ApiError::invalid_request(e.to_string()).with_code("shape_mismatch"))?;
+            .map_err(|e| match e {
+                KvMoveError::Device(_) => {
+                    ApiError::internal(e.to_string()).with_code("import_failed")
+                }
+                _ => ApiError::invalid_request(e.to_string()).with_code("shape_mismatch"),
+            })?;
         self.metrics.on_kv_moved("in", chunk.bytes.len() as u64);
         Ok(())
     }

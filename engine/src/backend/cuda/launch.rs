@@ -337,6 +337,31 @@ impl Kernels {
     }
 }
 
+impl Kernels {
+    /// Copies `count` KV blocks, each `block_bytes` long, between a layer's key or value `cache`
+    /// and the contiguous `staged` buffer: gathered into it (`into_staged`) or scattered from it.
+    /// `blocks` lists the blocks' indices in the cache.
+    pub fn kv_blocks(
+        &self,
+        stream: &CudaStream,
+        (cache, blocks, staged): (Ptr, Ptr, Ptr),
+        count: usize,
+        block_bytes: usize,
+        into_staged: bool,
+    ) -> Result<(), DriverError> {
+        let words = (block_bytes / 16) as i32;
+        let name = if into_staged {
+            "kv_gather"
+        } else {
+            "kv_scatter"
+        };
+        let mut b = stream.launch_builder(self.get(name));
+        b.arg(&cache).arg(&blocks).arg(&staged).arg(&words);
+        // Safety: every listed block lies inside the cache, and staged holds count blocks.
+        unsafe { b.launch(config((count as u32, 1, 1), 256)) }.map(drop)
+    }
+}
+
 /// The model's attention geometry, as the attention kernels take it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttentionShape {

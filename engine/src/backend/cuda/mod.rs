@@ -15,6 +15,7 @@
 
 mod buffer;
 mod gemm;
+mod kv_move;
 mod launch;
 mod layout;
 mod nvrtc;
@@ -26,7 +27,8 @@ mod workspace;
 pub use probe::cuda_available;
 pub use workspace::Limits;
 
-use super::{Backend, ModelBatch, ModelOutput};
+use super::{Backend, KvMoveError, ModelBatch, ModelOutput};
+use crate::kv::BlockId;
 use crate::model::{ModelConfig, ModelWeights};
 use crate::sampling::Logits;
 use buffer::Buffer;
@@ -571,5 +573,17 @@ impl Backend for CudaBackend {
 
     fn blocking(&self) -> bool {
         true
+    }
+
+    fn export_kv(&self, blocks: &[BlockId]) -> Result<Vec<u8>, KvMoveError> {
+        self.export_blocks(blocks)
+    }
+
+    fn kv_block_bytes(&self) -> u64 {
+        KvCache::bytes_per_block(&self.model.config, self.block_size) as u64
+    }
+
+    fn import_kv(&mut self, blocks: &[BlockId], bytes: &[u8]) -> Result<(), KvMoveError> {
+        self.import_blocks(blocks, bytes)
     }
 }

@@ -44,4 +44,9 @@ pub const SOURCES: &[KernelSource] = &[
         text: include_str!("kernels/sampling.cu"),
         kernels: &["adjust_logits", "sample_rows"],
     },
+    KernelSource {
+        name: "kv_move.cu",
+        text: include_str!("kernels/kv_move.cu"),
+        kernels: &["kv_gather", "kv_scatter"],
+    },
 ];
