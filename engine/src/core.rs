@@ -462,6 +462,9 @@ impl EngineCore {
                 );
             } else {
                 status.running_prefill_tokens += (seq.prompt_len - seq.num_computed) as u64;
+                let allocated = seq.blocks.len() as u64 * bs;
+                status.running_prefill_unallocated_tokens +=
+                    (seq.prompt_len as u64).saturating_sub(allocated);
             }
         }
         status

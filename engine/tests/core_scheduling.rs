@@ -251,6 +251,8 @@ fn status_reports_queue_and_kv_state() {
     assert_eq!(status.num_running, 1);
     assert_eq!(status.num_waiting, 1);
     assert_eq!(status.running_prefill_tokens, 12);
+    // Blocks are taken chunk by chunk: the 8 computed tokens hold two blocks of four.
+    assert_eq!(status.running_prefill_unallocated_tokens, 12);
     assert_eq!(status.waiting_prefill_tokens, 20);
     assert_eq!(
         status.admitted,

@@ -51,6 +51,13 @@ pub struct EngineStatus {
     /// KV tokens reserved for the requests arriving.
     #[serde(default)]
     pub loading_kv_tokens: u64,
+    /// Requests this engine is handing to another one to decode there (a prefill/decode
+    /// hand-off or a migration under way).
+    #[serde(default)]
+    pub num_handing_over: u32,
+    /// KV tokens of the requests being handed over.
+    #[serde(default)]
+    pub handing_over_kv_tokens: u64,
     /// The engine's role in prefill/decode disaggregation.
     #[serde(default)]
     pub role: crate::schedule::InferStage,
@@ -64,6 +71,10 @@ pub struct EngineStatus {
     pub waiting_prefill_tokens: u64,
     /// Prompt tokens not yet computed of running requests.
     pub running_prefill_tokens: u64,
+    /// Prompt tokens of running requests that hold no KV block yet (an engine that allocates
+    /// blocks chunk by chunk, as switchyard's does; 0 from engines that do not say).
+    #[serde(default)]
+    pub running_prefill_unallocated_tokens: u64,
     /// Running requests past their prefill.
     pub num_decoding: u32,
     /// Context tokens of running requests past their prefill.

@@ -524,7 +524,7 @@ async fn a_move_whose_destination_dies_or_stalls_or_whose_source_dies_loses_noth
 
 #[tokio::test]
 async fn a_stalled_destination_is_given_up_and_the_request_goes_on() {
-    let (engines, _scheduler, gateway) = cluster(&["--sim-time-scale", "1"]).await;
+    let (engines, scheduler, gateway) = cluster(&["--sim-time-scale", "1"]).await;
     let request = json!({"prompt": "A stalled link", "max_tokens": 3000, "ignore_eos": true,
         "temperature": 0, "stream": true});
     let client = reqwest::Client::new();
@@ -540,16 +540,35 @@ async fn a_stalled_destination_is_given_up_and_the_request_goes_on() {
     body.next().await.unwrap().unwrap();
     engines[other].signal("STOP");
     let started = std::time::Instant::now();
-    let answer: Value = client
-        .post(format!("{}/v1/migrations", engines[source].url(0)))
-        .json(&json!({"destination": engines[other].url(0), "request_id": "stalled"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let moving = async {
+        client
+            .post(format!("{}/v1/migrations", engines[source].url(0)))
+            .json(&json!({"destination": engines[other].url(0), "request_id": "stalled"}))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    };
+    // Meanwhile the scheduler shows the request on its way out of its source.
+    let leaving = async {
+        let name = "instance_cms_hybrid_scheduler_waiting_to_decode_requests{";
+        for _ in 0..50 {
+            let text = metrics_text(&client, &scheduler.url(0)).await;
+            let shown = text.lines().any(|l| {
+                l.starts_with(name) && l.contains(&engines[source].url(0)) && l.ends_with(" 1")
+            });
+            if shown {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        false
+    };
+    let (answer, shown) = tokio::join!(moving, leaving);
     engines[other].signal("CONT");
+    assert!(shown, "the source counts the request it is handing over");
     assert_eq!(answer["failed"][0]["reason"], "unreachable", "{answer}");
     assert!(
         started.elapsed().as_secs_f64() < 15.0,

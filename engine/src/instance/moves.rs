@@ -186,6 +186,17 @@ impl Moves {
         (self.incoming.len() as u32, tokens)
     }
 
+    /// Requests being moved out, and their computed tokens (the KV they take with them).
+    pub fn leaving(&self, core: &crate::core::EngineCore) -> (u32, u64) {
+        let tokens = self
+            .outgoing
+            .iter()
+            .filter_map(|&seq| core.computed_tokens(seq))
+            .map(|t| t as u64)
+            .sum();
+        (self.outgoing.len() as u32, tokens)
+    }
+
     /// Forgets `seq` once it ended or left here.
     pub fn forget(&mut self, seq: SeqId) {
         self.following.remove(&seq);

@@ -205,6 +205,28 @@ impl SchedulerMetrics {
                     .as_ref()
                     .map_or(0.0, |s| s.loading_kv_tokens as f64)
             }),
+            // Requests leaving for another instance to decode there: prefill/decode hand-offs
+            // (and migrations) under way.
+            (
+                "instance_cms_hybrid_scheduler_waiting_to_decode_requests",
+                |v| v.status.as_ref().map_or(0.0, |s| s.num_handing_over as f64),
+            ),
+            (
+                "instance_cms_hybrid_scheduler_waiting_to_decode_tokens",
+                |v| {
+                    v.status
+                        .as_ref()
+                        .map_or(0.0, |s| s.handing_over_kv_tokens as f64)
+                },
+            ),
+            (
+                "instance_cms_unallocated_tokens_scheduler_running_prefills",
+                |v| {
+                    v.status
+                        .as_ref()
+                        .map_or(0.0, |s| s.running_prefill_unallocated_tokens as f64)
+                },
+            ),
             ("instance_cms_inflight_dispatch_requests", |v| {
                 v.in_flight.requests as f64
             }),
