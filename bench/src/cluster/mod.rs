@@ -715,21 +715,31 @@ mod tests {
         cluster.run(requests, &words, &tokenizer, &ProgressBar::hidden())
     }
 
-    #[test]
-    fn a_disaggregated_cluster_hands_each_request_from_prefill_to_decode_and_loses_nothing() {
-        let requests = shared_prefix_requests(64, 0.01);
+    /// `requests` on `instances` predictive instances of which `prefill` are prefill ones.
+    fn simulate_disaggregated(
+        instances: usize,
+        prefill: usize,
+        requests: &[BenchRequest],
+    ) -> SimRun {
         let tokenizer = switchyard_text::tokenizer::builtin_tokenizer();
         let config = ClusterConfig {
-            prefill_instances: Some(1),
-            ..config(4, Policy::Predictive)
+            prefill_instances: Some(prefill),
+            ..config(instances, Policy::Predictive)
         };
         let corpus = switchyard_text::tokenizer::BUILTIN_CORPUS;
-        let run = Cluster::new(&config, &tokenizer, corpus).unwrap().run(
-            &requests,
+        let cluster = Cluster::new(&config, &tokenizer, corpus).unwrap();
+        cluster.run(
+            requests,
             &Words::builtin(),
             &tokenizer,
             &ProgressBar::hidden(),
-        );
+        )
+    }
+
+    #[test]
+    fn a_disaggregated_cluster_hands_each_request_from_prefill_to_decode_and_loses_nothing() {
+        let requests = shared_prefix_requests(64, 0.01);
+        let run = simulate_disaggregated(4, 1, &requests);
         for o in &run.outcomes {
             assert_eq!(o.error, None);
             assert_eq!(o.output_tokens, 16);
@@ -752,18 +762,7 @@ mod tests {
         // room for all of it: past MAX_INCOMING at once it refuses, as an engine does, and those
         // requests finish where they were computed.
         let requests = shared_prefix_requests(64, 0.001);
-        let tokenizer = switchyard_text::tokenizer::builtin_tokenizer();
-        let config = ClusterConfig {
-            prefill_instances: Some(4),
-            ..config(5, Policy::Predictive)
-        };
-        let corpus = switchyard_text::tokenizer::BUILTIN_CORPUS;
-        let run = Cluster::new(&config, &tokenizer, corpus).unwrap().run(
-            &requests,
-            &Words::builtin(),
-            &tokenizer,
-            &ProgressBar::hidden(),
-        );
+        let run = simulate_disaggregated(5, 4, &requests);
         for o in &run.outcomes {
             assert_eq!(o.error, None);
             assert_eq!(o.output_tokens, 16);

@@ -10,6 +10,11 @@ use super::CudaBackend;
 use crate::backend::KvMoveError;
 use crate::kv::BlockId;
 
+/// A device failure while moving KV.
+fn device(e: cudarc::driver::DriverError) -> KvMoveError {
+    KvMoveError::Device(e.to_string())
+}
+
 impl CudaBackend {
     /// Bytes one block takes in one layer's key (or value) cache.
     fn layer_block_bytes(&self) -> usize {
@@ -17,31 +22,20 @@ impl CudaBackend {
             / (2 * self.model.config.num_layers)
     }
 
+    /// Bytes `count` blocks take on the wire: every layer's key and value block.
+    fn wire_bytes(&self, count: usize) -> usize {
+        count * KvCache::bytes_per_block(&self.model.config, self.block_size)
+    }
+
     /// The KV of `blocks` as bytes in wire order (waits for the stream).
     pub(super) fn export_blocks(&self, blocks: &[BlockId]) -> Result<Vec<u8>, KvMoveError> {
-        let layer_block = self.layer_block_bytes();
-        let total = blocks.len() * layer_block * 2 * self.model.config.num_layers;
         if blocks.is_empty() {
             return Ok(Vec::new());
         }
-        let device = |e: cudarc::driver::DriverError| KvMoveError::Device(e.to_string());
+        let total = self.wire_bytes(blocks.len());
         self.model.ctx.bind_to_thread().map_err(device)?;
-        let ids: Vec<i32> = blocks.iter().map(|&b| b as i32).collect();
-        let ids = Buffer::from_host(&self.stream, &ids).map_err(device)?;
         let staged = Buffer::<u8>::zeros(&self.stream, total).map_err(device)?;
-        for (i, cache) in self.caches().enumerate() {
-            let at = staged.ptr() + (i * blocks.len() * layer_block) as u64;
-            self.model
-                .kernels
-                .kv_blocks(
-                    &self.stream,
-                    (cache, ids.ptr(), at),
-                    blocks.len(),
-                    layer_block,
-                    true,
-                )
-                .map_err(device)?;
-        }
+        self.copy_blocks(blocks, staged.ptr(), true)?;
         staged.read(&self.stream, total).map_err(device)
     }
 
@@ -52,8 +46,7 @@ impl CudaBackend {
         blocks: &[BlockId],
         bytes: &[u8],
     ) -> Result<(), KvMoveError> {
-        let layer_block = self.layer_block_bytes();
-        let expected = blocks.len() * layer_block * 2 * self.model.config.num_layers;
+        let expected = self.wire_bytes(blocks.len());
         if bytes.len() != expected {
             return Err(KvMoveError::SizeMismatch {
                 expected,
@@ -63,25 +56,32 @@ impl CudaBackend {
         if blocks.is_empty() {
             return Ok(());
         }
-        let device = |e: cudarc::driver::DriverError| KvMoveError::Device(e.to_string());
         self.model.ctx.bind_to_thread().map_err(device)?;
+        let staged = Buffer::from_host(&self.stream, bytes).map_err(device)?;
+        self.copy_blocks(blocks, staged.ptr(), false)?;
+        self.stream.synchronize().map_err(device)
+    }
+
+    /// Queues the copies of `blocks` of every cache between the caches and the staging buffer at
+    /// `staged` (in wire order): gathered into it, or scattered from it.
+    fn copy_blocks(
+        &self,
+        blocks: &[BlockId],
+        staged: u64,
+        gather: bool,
+    ) -> Result<(), KvMoveError> {
+        let layer_block = self.layer_block_bytes();
         let ids: Vec<i32> = blocks.iter().map(|&b| b as i32).collect();
         let ids = Buffer::from_host(&self.stream, &ids).map_err(device)?;
-        let staged = Buffer::from_host(&self.stream, bytes).map_err(device)?;
         for (i, cache) in self.caches().enumerate() {
-            let at = staged.ptr() + (i * blocks.len() * layer_block) as u64;
+            let at = staged + (i * blocks.len() * layer_block) as u64;
+            let caches = (cache, ids.ptr(), at);
             self.model
                 .kernels
-                .kv_blocks(
-                    &self.stream,
-                    (cache, ids.ptr(), at),
-                    blocks.len(),
-                    layer_block,
-                    false,
-                )
+                .kv_blocks(&self.stream, caches, blocks.len(), layer_block, gather)
                 .map_err(device)?;
         }
-        self.stream.synchronize().map_err(device)
+        Ok(())
     }
 
     /// Every layer's key cache then value cache, in wire order.

@@ -274,32 +274,21 @@ mod tests {
 
     #[test]
     fn large_batches_keep_the_largest_partitions_that_fill_the_gpu() {
-        let seqs = (0..64)
-            .map(|i| seq(i, vec![1], 575, (0..36).collect(), true))
-            .collect();
-        let layout = StepLayout::new(
-            &ModelBatch {
+        // `n` queries decoding position 575.
+        let decoding = |n: u64| {
+            let seqs = (0..n)
+                .map(|i| seq(i, vec![1], 575, (0..36).collect(), true))
+                .collect();
+            let batch = ModelBatch {
                 seqs,
                 ..Default::default()
-            },
-            16,
-            36,
-        );
-        assert_eq!(layout.decode_split(16), (3, 256));
-        assert_eq!(layout.decode_graph_key(16), Some((64, 3, 256)));
+            };
+            StepLayout::new(&batch, 16, 36)
+        };
+        assert_eq!(decoding(64).decode_split(16), (3, 256));
+        assert_eq!(decoding(64).decode_graph_key(16), Some((64, 3, 256)));
         // Four queries of 32 heads fill it only with partitions of 128 positions.
-        let seqs = (0..4)
-            .map(|i| seq(i, vec![1], 575, (0..36).collect(), true))
-            .collect();
-        let layout = StepLayout::new(
-            &ModelBatch {
-                seqs,
-                ..Default::default()
-            },
-            16,
-            36,
-        );
-        assert_eq!(layout.decode_split(32), (5, 128));
+        assert_eq!(decoding(4).decode_split(32), (5, 128));
     }
 
     #[test]
