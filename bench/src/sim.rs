@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 use switchyard_engine::backend::sim::KvLink;
 use switchyard_http::flags::{NonNegative, Positive, Share};
+use switchyard_scheduler::adaptive_pd::AdaptivePd;
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::predictor::PredictionErrors;
 use switchyard_scheduler::rescheduler::ReschedulerConfig;
@@ -59,10 +60,15 @@ pub struct SimArgs {
     #[arg(long, default_value = "25")]
     pub kv_transfer_gbps: Positive,
     /// Prefill/decode disaggregation: the instances split P:D into prefill and decode ones
-    /// (e.g. `1:3`); each request is computed on a prefill instance and handed with its KV to a
-    /// decode one after its first token.
+    /// (e.g. `1:3`), each request computed on a prefill instance and handed with its KV to a
+    /// decode one after its first token; or `adaptive`: long prompts (`--pd-long-prompt`) are
+    /// computed on instances that lean prefill, as many as their prefill work keeps busy, and
+    /// handed to the others, which run every other prompt whole.
     #[arg(long)]
-    pub pd: Option<PdRatio>,
+    pub pd: Option<PdMode>,
+    /// With `--pd adaptive`: prompts of at least this many tokens are disaggregated.
+    #[arg(long, default_value_t = AdaptivePd::default().long_prompt)]
+    pub pd_long_prompt: u32,
     /// What to replay.
     #[command(flatten)]
     pub workload: WorkloadArgs,
@@ -131,8 +137,38 @@ impl SimArgs {
                 gbps: self.kv_transfer_gbps.get(),
                 ..KvLink::default()
             },
-            prefill_instances: self.pd.map(|pd| pd.prefill_of(self.instances())),
+            prefill_instances: match self.pd {
+                Some(PdMode::Static(pd)) => Some(pd.prefill_of(self.instances())),
+                _ => None,
+            },
+            adaptive_pd: (self.pd == Some(PdMode::Adaptive)).then(|| AdaptivePd {
+                long_prompt: self.pd_long_prompt,
+                ..AdaptivePd::default()
+            }),
         })
+    }
+}
+
+/// How `sim` disaggregates prefill and decode (`--pd`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PdMode {
+    /// A static split (`P:D`).
+    Static(PdRatio),
+    /// Roles that follow the load (`adaptive`).
+    Adaptive,
+}
+
+impl std::str::FromStr for PdMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "adaptive" => Ok(PdMode::Adaptive),
+            ratio => ratio
+                .parse()
+                .map(PdMode::Static)
+                .map_err(|e: String| format!("{e}, or `adaptive`")),
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use switchyard_gateway::shared::ServedModel;
 use switchyard_gateway::upstream::local::LocalEngines;
 use switchyard_gateway::upstream::scheduler_client::SchedulerClient;
 use switchyard_protocol::schedule::InferStage;
-use switchyard_scheduler::launcher::{ReschedulingFlags, SloFlags};
+use switchyard_scheduler::launcher::{PdFlags, ReschedulingFlags, SloFlags};
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::service::{
     drain_router, run_discovery, Discovery, FollowSettings, SchedulerService,
@@ -60,6 +60,9 @@ pub struct ServeArgs {
     /// When to move running requests between the engines.
     #[command(flatten)]
     pub rescheduling: ReschedulingFlags,
+    /// Adaptive prefill/decode disaggregation over neutral engines.
+    #[command(flatten)]
+    pub pd: PdFlags,
     /// Routing, retries, deadlines, keys, rates and concurrency at the gateway.
     #[command(flatten)]
     pub gateway: GatewayFlags,
@@ -142,11 +145,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let scheduler = Arc::new(
         SchedulerService::new(
             Scheduler::new(
-                args.slo.apply(SchedulerConfig {
+                args.slo.apply(args.pd.apply(SchedulerConfig {
                     policy: args.policy,
                     block_size: args.engine.block_size as u32,
                     ..Default::default()
-                })?,
+                }))?,
                 0,
             ),
             false,

@@ -1,6 +1,7 @@
 //! `switchyard scheduler`: the scheduler as its own process, following the engine instances that
 //! a static list, a DNS name or a file names.
 
+use crate::adaptive_pd::AdaptivePd;
 use crate::policy::Policy;
 use crate::rescheduler::ReschedulerConfig;
 use crate::score::Slos;
@@ -96,6 +97,9 @@ pub struct SchedulerArgs {
     /// When to move running requests between instances.
     #[command(flatten)]
     pub rescheduling: ReschedulingFlags,
+    /// Adaptive prefill/decode disaggregation.
+    #[command(flatten)]
+    pub pd: PdFlags,
     /// The key of the admin endpoints.
     #[command(flatten)]
     pub admin: AdminArgs,
@@ -177,7 +181,36 @@ impl SchedulerArgs {
             block_size: self.block_size,
             ..Default::default()
         };
-        self.slo.apply(config)
+        self.slo.apply(self.pd.apply(config))
+    }
+}
+
+/// Adaptive prefill/decode disaggregation, shared by `scheduler` and `serve` (`sim` takes
+/// `--pd adaptive` too). Static disaggregation needs no flag here: engines say their role.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct PdFlags {
+    /// `adaptive`: over each model's neutral instances, long prompts (--pd-long-prompt) are
+    /// computed on instances that lean prefill, as many as their prefill work keeps busy, and
+    /// handed after their first token to the others, which run every other prompt whole; with
+    /// --rescheduling, decodes left on an instance that turns to prefill move to one that leans
+    /// decode. Unset, neutral instances serve colocated.
+    #[arg(long, env = "SWITCHYARD_PD", value_parser = ["adaptive"])]
+    pub pd: Option<String>,
+    /// Prompts of at least this many tokens are disaggregated under --pd adaptive.
+    #[arg(long, env = "SWITCHYARD_PD_LONG_PROMPT", default_value_t = AdaptivePd::default().long_prompt)]
+    pub pd_long_prompt: u32,
+}
+
+impl PdFlags {
+    /// `config` with these settings.
+    pub fn apply(&self, config: SchedulerConfig) -> SchedulerConfig {
+        SchedulerConfig {
+            adaptive_pd: self.pd.is_some().then(|| AdaptivePd {
+                long_prompt: self.pd_long_prompt,
+                ..AdaptivePd::default()
+            }),
+            ..config
+        }
     }
 }
 

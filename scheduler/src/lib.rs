@@ -16,6 +16,7 @@
 //! Every function here takes the time as an argument and never reads a clock, so the same code
 //! runs behind the HTTP service and under the cluster simulator's virtual clock.
 
+pub mod adaptive_pd;
 pub mod cms;
 pub mod launcher;
 pub mod lrs;

@@ -30,6 +30,7 @@
 //! choice, in the order the reason asks ([`MoveReason::first`]): the least urgent for priority,
 //! else the cheapest to copy.
 
+use crate::adaptive_pd::Leaning;
 use crate::cms::{Cms, InstanceState};
 use std::collections::HashSet;
 use switchyard_protocol::engine_state::EngineStatus;
@@ -73,6 +74,8 @@ pub enum MoveReason {
     Drain,
     /// Its instance holds back a more urgent request.
     Priority,
+    /// Its instance leans prefill now (adaptive PD): its decodes go to one that leans decode.
+    Lean,
 }
 
 impl MoveReason {
@@ -84,6 +87,7 @@ impl MoveReason {
             MoveReason::Interference => "interference",
             MoveReason::Drain => "drain",
             MoveReason::Priority => "priority",
+            MoveReason::Lean => "adaptive_pd",
         }
     }
 
@@ -249,18 +253,63 @@ pub fn destination_for<'c>(
     freest_with_room(others, moved, now, staleness)
 }
 
+/// Under adaptive PD, one move out of each prefill-leaning instance of `model` that still has
+/// decodes (and is not `busy`), to the freest decode-leaning instance that is not busy either.
+pub fn lean_moves(
+    cms: &Cms,
+    model: &str,
+    leaning: &Leaning,
+    busy: &HashSet<String>,
+    now: f64,
+    staleness: f64,
+) -> Vec<MoveOrder> {
+    let sources: Vec<_> = cms
+        .iter()
+        .filter(|s| {
+            s.meta.model == model
+                && leaning.leans_prefill(&s.meta.id)
+                && !busy.contains(&s.meta.id)
+                && s.status.as_ref().is_some_and(|st| st.num_decoding > 0)
+        })
+        .collect();
+    let mut busy = busy.clone();
+    let mut orders = Vec::new();
+    for source in sources {
+        let moved = source
+            .status
+            .as_ref()
+            .and_then(Load::of)
+            .map_or(0.0, |l| l.mean_request);
+        let decoders = cms.iter().filter(|s| {
+            s.meta.model == model
+                && s.meta.role == InferStage::Neutral
+                && !leaning.leans_prefill(&s.meta.id)
+                && !busy.contains(&s.meta.id)
+        });
+        if let Some(to) = freest_with_room(decoders, moved, now, staleness) {
+            busy.insert(to.meta.id.clone());
+            orders.push(order(&source.meta.id, &to.meta.id, MoveReason::Lean));
+        }
+    }
+    orders
+}
+
 /// The decode instance of `model` a disaggregated request needing `tokens` of KV is handed to at
-/// `now`: the freest schedulable one with room for it, if any.
+/// `now`: the freest schedulable one with room for it, if any. Under adaptive PD (`leaning`),
+/// the decode instances are the neutral ones that do not lean prefill.
 pub fn decode_instance_for<'c>(
     cms: &'c Cms,
     model: &str,
+    leaning: Option<&Leaning>,
     tokens: u64,
     now: f64,
     staleness: f64,
 ) -> Option<&'c InstanceState> {
-    let decoders = cms
-        .iter()
-        .filter(|s| s.meta.model == model && s.meta.role == InferStage::Decode);
+    let decodes = |s: &InstanceState| match leaning {
+        Some(l) => s.meta.role == InferStage::Neutral && !l.leans_prefill(&s.meta.id),
+        None => s.meta.role == InferStage::Decode,
+    };
+    let decoders = cms.iter().filter(|s| s.meta.model == model && decodes(s));
     freest_with_room(decoders, tokens as f64, now, staleness)
 }
 

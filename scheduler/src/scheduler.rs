@@ -1,5 +1,6 @@
 //! The scheduler: CMS, LRS, prefix index and predictor behind schedule / release / report.
 
+use crate::adaptive_pd::{AdaptivePd, Leaning};
 use crate::cms::{Cms, EngineKind, InstanceMeta, InstanceState};
 use crate::lrs::{Dispatch, InFlight, Lrs};
 use crate::policy::{select, CandidateMetrics, Policy, SoftLimits};
@@ -51,6 +52,9 @@ pub struct SchedulerConfig {
     pub gateway_timeout: f64,
     /// Policies for particular models (others use `policy`).
     pub model_policies: Vec<(String, Policy)>,
+    /// Adaptive prefill/decode disaggregation over each model's neutral instances (`--pd
+    /// adaptive`); `None` serves them colocated.
+    pub adaptive_pd: Option<AdaptivePd>,
 }
 
 impl Default for SchedulerConfig {
@@ -70,6 +74,7 @@ impl Default for SchedulerConfig {
             routed_capacity: 1 << 20,
             gateway_timeout: 30.0,
             model_policies: Vec::new(),
+            adaptive_pd: None,
         }
     }
 }
@@ -153,6 +158,8 @@ pub struct Scheduler {
     /// `hits` by slot (0 where none), for the decision being made.
     hits_by_slot: Vec<u32>,
     gateways_seen: FxHashMap<String, f64>,
+    /// With adaptive PD: each model's instances that lean prefill.
+    leaning: FxHashMap<String, Leaning>,
 }
 
 impl Scheduler {
@@ -169,6 +176,7 @@ impl Scheduler {
             hits: Vec::new(),
             hits_by_slot: Vec::new(),
             gateways_seen: FxHashMap::default(),
+            leaning: FxHashMap::default(),
         }
     }
 
@@ -220,7 +228,16 @@ impl Scheduler {
         config: &crate::rescheduler::ReschedulerConfig,
         now: f64,
     ) -> Vec<crate::rescheduler::MoveOrder> {
-        crate::rescheduler::plan_moves(&self.cms, busy, config, now, self.config.staleness)
+        let staleness = self.config.staleness;
+        let mut orders = crate::rescheduler::plan_moves(&self.cms, busy, config, now, staleness);
+        for (model, leaning) in &self.leaning {
+            let mut busy = busy.clone();
+            busy.extend(orders.iter().flat_map(|o| [o.from.clone(), o.to.clone()]));
+            orders.extend(crate::rescheduler::lean_moves(
+                &self.cms, model, leaning, &busy, now, staleness,
+            ));
+        }
+        orders
     }
 
     /// A new status from an instance: stored, its admitted ids reconciled, its steps learned.
@@ -359,7 +376,12 @@ impl Scheduler {
         now: f64,
         lap: &mut dyn FnMut(Lap),
     ) -> Result<Placement, ScheduleError> {
-        if req.infer_stage != InferStage::Neutral || !self.disaggregates(&req.model) {
+        let adaptive = req.infer_stage == InferStage::Neutral && self.lean(req, now);
+        if adaptive && req.prompt_tokens < self.long_prompt() {
+            return self.place(req, Some(InferStage::Decode), now, lap);
+        }
+        if !adaptive && (req.infer_stage != InferStage::Neutral || !self.disaggregates(&req.model))
+        {
             return self.place(req, Some(req.infer_stage), now, lap);
         }
         let mut placement = match self.place(req, Some(InferStage::Prefill), now, lap) {
@@ -369,9 +391,11 @@ impl Scheduler {
             Err(e) => return Err(e),
         };
         let needed = req.prompt_tokens as u64 + req.max_tokens as u64;
+        let leaning = self.leaning.get(&req.model).filter(|_| adaptive);
         placement.decision.decode = crate::rescheduler::decode_instance_for(
             &self.cms,
             &req.model,
+            leaning,
             needed,
             now,
             self.config.staleness,
@@ -381,6 +405,37 @@ impl Scheduler {
             endpoint: s.meta.endpoint.clone(),
         });
         Ok(placement)
+    }
+
+    /// Prompts at least this long are disaggregated under adaptive PD.
+    fn long_prompt(&self) -> u32 {
+        self.config.adaptive_pd.map_or(u32::MAX, |a| a.long_prompt)
+    }
+
+    /// With adaptive PD: counts `req` if its prompt is long, brings its model's leaning
+    /// instances up to date at `now`, and says whether some lean prefill (then the request is
+    /// placed by the leanings).
+    fn lean(&mut self, req: &ScheduleRequest, now: f64) -> bool {
+        let Some(adaptive) = self.config.adaptive_pd else {
+            return false;
+        };
+        let leaning = self.leaning.entry(req.model.clone()).or_default();
+        if req.prompt_tokens >= adaptive.long_prompt {
+            // What the prompt's prefill takes on an instance of the model, by its fit.
+            let fit = self
+                .cms
+                .iter()
+                .filter(|s| s.meta.model == req.model)
+                .find_map(|s| self.fits.of(&s.meta.id));
+            let tokens = req.prompt_tokens as f64;
+            let attention = StepSample::attention_of(0, req.prompt_tokens as u64) as f64;
+            if let Some(fit) = fit {
+                let seconds = crate::predictor::prefill_seconds(fit, tokens, attention);
+                leaning.on_long_prompt(seconds, now, adaptive.window);
+            }
+        }
+        leaning.review(&self.cms, &req.model, now, adaptive.window);
+        leaning.disaggregates()
     }
 
     /// Whether `model` has both prefill and decode instances.
@@ -420,8 +475,22 @@ impl Scheduler {
         lap(Lap::HitsCalculated);
         let block = self.config.block_size as f64;
         let prompt = req.prompt_tokens as f64;
+        let leaning = self
+            .leaning
+            .get(&req.model)
+            .filter(|l| self.config.adaptive_pd.is_some() && l.disaggregates());
         for state in self.cms.iter() {
-            let fits = stage.is_none_or(|stage| role_fits(state.meta.role, stage));
+            let role = match leaning {
+                Some(l) if state.meta.role == InferStage::Neutral => {
+                    if l.leans_prefill(&state.meta.id) {
+                        InferStage::Prefill
+                    } else {
+                        InferStage::Decode
+                    }
+                }
+                _ => state.meta.role,
+            };
+            let fits = stage.is_none_or(|stage| role_fits(role, stage));
             if state.meta.model != req.model || !fits {
                 continue;
             }

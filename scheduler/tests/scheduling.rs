@@ -779,3 +779,57 @@ fn a_disaggregated_model_is_placed_on_a_prefill_instance_and_handed_to_the_frees
         .decision;
     assert_eq!(decision.decode, None);
 }
+
+#[test]
+fn adaptive_pd_hands_long_prompts_from_prefill_leaning_instances_and_runs_short_ones_whole() {
+    use switchyard_scheduler::adaptive_pd::AdaptivePd;
+    let adaptive = AdaptivePd {
+        long_prompt: 16_384,
+        window: 20.0,
+    };
+    let mut s = cluster_with(
+        SchedulerConfig {
+            adaptive_pd: Some(adaptive),
+            ..Default::default()
+        },
+        4,
+    );
+    let long = |id: &str| ScheduleRequest {
+        request_id: id.into(),
+        model: "m".into(),
+        prompt_tokens: 24_000,
+        max_tokens: 100,
+        ..Default::default()
+    };
+    let short = request("short", &(0..300).collect::<Vec<u32>>());
+    // Colocated until long prompts come: a short prompt is placed whole.
+    let first = s.schedule(&short, 0.0).unwrap().decision;
+    assert_eq!(first.decode, None);
+    // A steady stream of long prompts: some instances lean prefill, and long prompts are computed
+    // there and handed to another.
+    let mut prefill = std::collections::HashSet::new();
+    for i in 0..40 {
+        let placed = s
+            .schedule(&long(&format!("long-{i}")), i as f64 * 0.1)
+            .unwrap();
+        let decode = placed
+            .decision
+            .decode
+            .expect("a long prompt is handed over");
+        assert_ne!(decode.instance_id, placed.decision.instance_id);
+        prefill.insert(placed.decision.instance_id);
+    }
+    assert!(
+        (1..4).contains(&prefill.len()),
+        "some, never all, lean prefill: {prefill:?}"
+    );
+    // Short prompts now run whole on the instances that lean decode.
+    for i in 0..8 {
+        let placed = s
+            .schedule(&request(&format!("short-{i}"), &[i; 300]), 4.0)
+            .unwrap()
+            .decision;
+        assert_eq!(placed.decode, None);
+        assert!(!prefill.contains(&placed.instance_id), "{placed:?}");
+    }
+}

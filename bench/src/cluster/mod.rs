@@ -30,6 +30,7 @@ use switchyard_engine::sampling::{SamplingParams, StopParams};
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::hashing::block_hashes;
 use switchyard_protocol::schedule::{InferStage, Observed, ScheduleRequest};
+use switchyard_scheduler::adaptive_pd::AdaptivePd;
 use switchyard_scheduler::cms::InstanceMeta;
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::predictor::PredictionErrors;
@@ -67,6 +68,8 @@ pub struct ClusterConfig {
     /// Prefill/decode disaggregation: this many prefill instances, the rest decode ones
     /// (`None`: every instance does both).
     pub prefill_instances: Option<usize>,
+    /// Adaptive prefill/decode disaggregation over the (neutral) instances.
+    pub adaptive_pd: Option<AdaptivePd>,
 }
 
 /// What a simulated run produced.
@@ -234,6 +237,7 @@ impl Cluster {
                 staleness: f64::INFINITY,
                 block_size: config.block_size as u32,
                 slos: config.slos,
+                adaptive_pd: config.adaptive_pd,
                 ..SchedulerConfig::default()
             },
             0,
@@ -680,6 +684,7 @@ mod tests {
             rescheduling: None,
             link: KvLink::default(),
             prefill_instances: None,
+            adaptive_pd: None,
         }
     }
 
@@ -754,6 +759,36 @@ mod tests {
         );
         let colocated = simulate(4, Policy::Predictive, &requests);
         assert_eq!(colocated.migration.moved.get("pd_handoff"), None);
+    }
+
+    #[test]
+    fn adaptive_pd_hands_long_prompts_over_and_loses_nothing() {
+        // Every prompt (2,080 tokens) is long here, and they come fast enough to keep an
+        // instance prefilling: some lean prefill and hand the requests to the others.
+        let requests = shared_prefix_requests(256, 0.001);
+        let tokenizer = switchyard_text::tokenizer::builtin_tokenizer();
+        let config = ClusterConfig {
+            adaptive_pd: Some(AdaptivePd {
+                long_prompt: 1024,
+                ..AdaptivePd::default()
+            }),
+            ..config(4, Policy::Predictive)
+        };
+        let corpus = switchyard_text::tokenizer::BUILTIN_CORPUS;
+        let cluster = Cluster::new(&config, &tokenizer, corpus).unwrap();
+        let run = cluster.run(
+            &requests,
+            &Words::builtin(),
+            &tokenizer,
+            &ProgressBar::hidden(),
+        );
+        assert_eq!(run.outcomes.len(), 256);
+        for o in &run.outcomes {
+            assert_eq!(o.error, None);
+            assert_eq!(o.output_tokens, 16);
+        }
+        let m = &run.migration;
+        assert!(m.moved.get("pd_handoff").copied().unwrap_or(0) > 0, "{m:?}");
     }
 
     #[test]

@@ -1,0 +1,204 @@
+//! Adaptive prefill/decode disaggregation over neutral instances (Llumnix's adaptive PD). A long
+//! prompt, whose prefill would stall every decode sharing its steps, is computed on an instance
+//! that leans prefill and handed after its first token to one that leans decode; every other
+//! prompt runs whole on the decode-leaning instances. How many instances lean prefill follows
+//! the long prompts' prefill work: the instance-seconds of prefill they bring each second (a
+//! moving rate), rounded, with hysteresis before any instance leans back. With no long prompts,
+//! or too few to keep a quarter of an instance busy, no instance leans prefill and the model is
+//! served colocated.
+
+use crate::cms::Cms;
+use std::collections::BTreeSet;
+use switchyard_protocol::engine_state::EngineStatus;
+
+/// Adaptive PD's settings (`--pd adaptive`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdaptivePd {
+    /// Prompts of at least this many tokens are long: computed on a prefill-leaning instance and
+    /// handed to a decode-leaning one.
+    pub long_prompt: u32,
+    /// Seconds over which the long prompts' prefill work is averaged.
+    pub window: f64,
+}
+
+impl Default for AdaptivePd {
+    fn default() -> Self {
+        AdaptivePd {
+            long_prompt: 16_384,
+            window: 20.0,
+        }
+    }
+}
+
+/// One model's leaning instances and the rate of prefill work that decides how many there are.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Leaning {
+    /// Instances that lean prefill.
+    prefill: BTreeSet<String>,
+    /// Instance-seconds of long-prompt prefill a second, as of `at`.
+    load: f64,
+    /// When `load` was last brought up to date.
+    at: f64,
+    /// When the first long prompt came.
+    since: Option<f64>,
+}
+
+impl Leaning {
+    /// Whether instance `id` leans prefill.
+    pub fn leans_prefill(&self, id: &str) -> bool {
+        self.prefill.contains(id)
+    }
+
+    /// Whether any instance leans prefill (else the model is served colocated).
+    pub fn disaggregates(&self) -> bool {
+        !self.prefill.is_empty()
+    }
+
+    /// Instance-seconds of long-prompt prefill a second at `now`: the moving rate, corrected
+    /// for the part of the window before the first long prompt (at least a second of it counts),
+    /// so that it is right from the start.
+    pub fn load(&self, now: f64, window: f64) -> f64 {
+        let Some(since) = self.since else {
+            return 0.0;
+        };
+        let seen = 1.0 - (-(now - since).max(1.0) / window).exp();
+        self.decayed(now, window) / seen
+    }
+
+    fn decayed(&self, now: f64, window: f64) -> f64 {
+        self.load * (-(now - self.at).max(0.0) / window).exp()
+    }
+
+    /// Counts a long prompt dispatched at `now` whose prefill takes `seconds` of an instance.
+    pub fn on_long_prompt(&mut self, seconds: f64, now: f64, window: f64) {
+        self.load = self.decayed(now, window) + seconds / window;
+        self.at = now.max(self.at);
+        self.since.get_or_insert(now);
+    }
+
+    /// Brings the leaning instances of `model` in line with the load at `now`: as many lean
+    /// prefill as the load rounds to (at most all but one), grown as soon as it rounds higher,
+    /// shrunk by one only once it is an instance and a half below them, or nearly nothing. An instance that joins is the one with the
+    /// least to decode; one that leaves is one with no prompt left to compute.
+    pub fn review(&mut self, cms: &Cms, model: &str, now: f64, window: f64) {
+        let instances: Vec<_> = cms.iter().filter(|s| s.meta.model == model).collect();
+        self.prefill
+            .retain(|id| instances.iter().any(|s| &s.meta.id == id));
+        let most = instances.len().saturating_sub(1);
+        let load = self.load(now, window);
+        let wanted = (load.round() as usize).min(most);
+        let leaning = self.prefill.len();
+        let target = if wanted > leaning {
+            wanted
+        } else if load < leaning as f64 - 1.5 || load < 0.25 {
+            leaning.saturating_sub(1)
+        } else {
+            leaning.min(most)
+        };
+        let status_value = |id: &str, f: fn(&EngineStatus) -> u64| {
+            cms.get(id).and_then(|s| s.status.as_ref()).map_or(0, f)
+        };
+        while self.prefill.len() < target {
+            let joining = instances
+                .iter()
+                .filter(|s| !self.prefill.contains(&s.meta.id))
+                .min_by_key(|s| (status_value(&s.meta.id, |st| st.decode_tokens), &s.meta.id));
+            let Some(joining) = joining else { break };
+            self.prefill.insert(joining.meta.id.clone());
+        }
+        // An instance leans back to decode only once it has no prompt left to compute, so that
+        // the decodes it takes on never share steps with a long prompt.
+        let queued = |st: &EngineStatus| st.waiting_prefill_tokens + st.running_prefill_tokens;
+        while self.prefill.len() > target {
+            let drained = self
+                .prefill
+                .iter()
+                .find(|id| status_value(id, queued) == 0)
+                .cloned();
+            let Some(leaving) = drained else { break };
+            self.prefill.remove(&leaving);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cms::InstanceMeta;
+    use switchyard_protocol::schedule::InferStage;
+
+    fn cms(statuses: &[(u64, u64)]) -> Cms {
+        let mut cms = Cms::default();
+        for (i, &(decode_tokens, queued)) in statuses.iter().enumerate() {
+            let id = format!("i{i}");
+            cms.upsert(InstanceMeta {
+                id: id.clone(),
+                endpoint: format!("http://127.0.0.1:{}", 9000 + i),
+                model: "m".into(),
+                role: InferStage::Neutral,
+                kind: crate::cms::EngineKind::Switchyard,
+            });
+            let status = EngineStatus {
+                decode_tokens,
+                waiting_prefill_tokens: queued,
+                ..Default::default()
+            };
+            cms.update_status(&id, status, 0.0, 0.0);
+        }
+        cms
+    }
+
+    #[test]
+    fn the_load_is_the_prefill_work_a_second_from_the_first_long_prompt_on() {
+        let mut l = Leaning::default();
+        assert_eq!(l.load(5.0, 20.0), 0.0);
+        // Two long prompts a second, each 1.5 s of an instance's prefill: 3 instances' worth,
+        // right after the start and once the window has passed.
+        for i in 0..200 {
+            l.on_long_prompt(1.5, i as f64 * 0.5, 20.0);
+            let load = l.load(i as f64 * 0.5, 20.0);
+            if i >= 4 {
+                assert!((2.5..4.0).contains(&load), "{load} at {i}");
+            }
+            if i >= 40 {
+                assert!((2.8..3.2).contains(&load), "{load} at {i}");
+            }
+        }
+        // It fades once they stop.
+        assert!(l.load(200.0, 20.0) < 0.5);
+    }
+
+    #[test]
+    fn instances_lean_prefill_as_the_load_says_with_hysteresis_and_leave_drained() {
+        // i0 decodes most, i1 least; i2 has a prompt queued.
+        let c = cms(&[(5000, 0), (10, 0), (100, 4096), (200, 0)]);
+        let mut l = Leaning {
+            load: 2.4,
+            at: 0.0,
+            since: Some(-100.0),
+            ..Leaning::default()
+        };
+        l.review(&c, "m", 0.0, 20.0);
+        let leaning: Vec<_> = l.prefill.iter().cloned().collect();
+        assert_eq!(leaning, ["i1", "i2"], "the two that decode least");
+        // Within the hysteresis nothing changes.
+        l.load = 1.3;
+        l.review(&c, "m", 0.0, 20.0);
+        assert_eq!(l.prefill.len(), 2);
+        // Lower: one leaves, the one with no prompt left to compute.
+        l.load = 0.4;
+        l.review(&c, "m", 0.0, 20.0);
+        assert_eq!(l.prefill.iter().collect::<Vec<_>>(), ["i2"]);
+        // With no load i2 would lean back too, but it stays until its prompt is computed.
+        l.load = 0.0;
+        l.review(&c, "m", 0.0, 20.0);
+        assert!(l.leans_prefill("i2"));
+        let drained = cms(&[(5000, 0), (10, 0), (100, 0), (200, 0)]);
+        l.review(&drained, "m", 0.0, 20.0);
+        assert!(!l.disaggregates());
+        // Never every instance.
+        l.load = 10.0;
+        l.review(&c, "m", 0.0, 20.0);
+        assert_eq!(l.prefill.len(), 3);
+    }
+}
