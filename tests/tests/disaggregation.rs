@@ -199,3 +199,40 @@ async fn a_decode_engine_killed_mid_hand_off_or_a_prefill_engine_killed_mid_prom
     assert!(done, "{text}");
     assert!(!got.is_empty());
 }
+
+#[tokio::test]
+async fn an_adaptive_serve_hands_long_prompts_over_and_answers_every_request() {
+    let serve = Process::serve(
+        3,
+        &[
+            "--backend",
+            "sim",
+            "--sim-model",
+            "llama-3.1-8b",
+            "--sim-time-scale",
+            "1",
+            "--pd",
+            "adaptive",
+            "--pd-long-prompt",
+            "1024",
+        ],
+    )
+    .await;
+    until_completing(&serve.url(0)).await;
+    // Long prompts all at once: their prefill work keeps instances busy, so some lean prefill
+    // and hand the requests on.
+    let prompt = "the quick brown fox jumps over the lazy dog ".repeat(300);
+    let answers = futures::future::join_all((0..12).map(|i| {
+        let body = json!({"prompt": format!("{i} {prompt}"), "max_tokens": 8,
+            "ignore_eos": true, "stream": true});
+        let base = serve.url(0);
+        async move { streamed(&base, "/v1/completions", &body).await }
+    }))
+    .await;
+    for (text, _, done) in &answers {
+        assert!(*done && !text.is_empty(), "{text}");
+    }
+    let metrics = metrics_text(&reqwest::Client::new(), &serve.url(0)).await;
+    let handed = metric_value(&metrics, "scheduler_pd_handoff_total{outcome=\"done\"}");
+    assert!(handed > 0.0, "{metrics}");
+}
