@@ -369,7 +369,10 @@ impl Scheduler {
     /// [`Scheduler::schedule`], calling `lap` as each [`Lap`] of the decision ends (so that a
     /// caller with a clock can time them; the scheduler reads none). Where the model has
     /// prefill and decode instances, a request is placed on a prefill (or neutral) instance and
-    /// the decision names the decode instance to hand it to: the freest with room for it.
+    /// the decision names the decode instance to hand it to: the freest with room for it. Under
+    /// adaptive PD, once some neutral instances lean prefill, a long prompt is placed and handed
+    /// over the same way between the leanings, and any other prompt runs whole on an instance
+    /// that leans decode.
     pub fn schedule_with(
         &mut self,
         req: &ScheduleRequest,
