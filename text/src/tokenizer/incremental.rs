@@ -2,6 +2,10 @@
 
 use super::Tokenizer;
 
+/// Tokens of context a decoder keeps before the ones it emits: enough for a tokenizer's
+/// leading-space and merge rules to decode the next tokens as they read in the whole text.
+const CONTEXT_TOKENS: usize = 6;
+
 /// Turns tokens, as they come, into text deltas.
 ///
 /// Decodes a short window of recent tokens and emits only what it adds to the window's text,
@@ -25,7 +29,7 @@ impl IncrementalDecoder {
     /// comes out with the text of the tokens pushed next; the rest is never emitted.
     pub fn continuing(context: &[u32], unsent: usize, skip_special_tokens: bool) -> Self {
         let sent = context.len() - unsent.min(context.len());
-        let keep = sent.min(6);
+        let keep = sent.min(CONTEXT_TOKENS);
         IncrementalDecoder {
             ids: context[sent - keep..].to_vec(),
             prefix_offset: 0,
@@ -55,14 +59,16 @@ impl IncrementalDecoder {
 
     /// Splits `generated`, which follows `context`, where its text stops being whole: the text
     /// of the tokens before the split, and how many tokens come after it, whose text ends in an
-    /// unfinished character (U+FFFD) and which a streaming decoder still holds back. `None` when
-    /// the context's text is not the start of the whole text.
+    /// unfinished character (U+FFFD) and which a streaming decoder still holds back. Decoded,
+    /// as a decoder does, after the context's last few tokens only, so that a long prompt costs
+    /// nothing more. `None` when the context's text is not the start of the whole text.
     pub fn whole_text(
         tokenizer: &Tokenizer,
         context: &[u32],
         generated: &[u32],
         skip_special_tokens: bool,
     ) -> Option<(String, usize)> {
+        let context = &context[context.len().saturating_sub(CONTEXT_TOKENS)..];
         let context_text = tokenizer.decode(context, skip_special_tokens);
         let mut all = context.to_vec();
         all.extend_from_slice(generated);
