@@ -7,9 +7,10 @@
 //! or too few to keep a quarter of an instance busy, no instance leans prefill and the model is
 //! served colocated.
 
-use crate::cms::Cms;
+use crate::cms::{Cms, InstanceMeta};
 use std::collections::BTreeSet;
 use switchyard_protocol::engine_state::EngineStatus;
+use switchyard_protocol::schedule::InferStage;
 
 /// Adaptive PD's settings (`--pd adaptive`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,6 +48,16 @@ impl Leaning {
     /// Whether instance `id` leans prefill.
     pub fn leans_prefill(&self, id: &str) -> bool {
         self.prefill.contains(id)
+    }
+
+    /// The role an instance plays now: a neutral one leans prefill or decode; one that said its
+    /// own role keeps it.
+    pub fn role_of(&self, meta: &InstanceMeta) -> InferStage {
+        match meta.role {
+            InferStage::Neutral if self.leans_prefill(&meta.id) => InferStage::Prefill,
+            InferStage::Neutral => InferStage::Decode,
+            role => role,
+        }
     }
 
     /// Whether any instance leans prefill (else the model is served colocated).
@@ -124,8 +135,6 @@ impl Leaning {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cms::InstanceMeta;
-    use switchyard_protocol::schedule::InferStage;
 
     fn cms(statuses: &[(u64, u64)]) -> Cms {
         let mut cms = Cms::default();

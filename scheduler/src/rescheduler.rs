@@ -263,11 +263,12 @@ pub fn lean_moves(
     now: f64,
     staleness: f64,
 ) -> Vec<MoveOrder> {
+    let leans = |s: &InstanceState, role| s.meta.model == model && leaning.role_of(&s.meta) == role;
     let sources: Vec<_> = cms
         .iter()
         .filter(|s| {
-            s.meta.model == model
-                && leaning.leans_prefill(&s.meta.id)
+            leans(s, InferStage::Prefill)
+                && s.meta.role == InferStage::Neutral
                 && !busy.contains(&s.meta.id)
                 && s.status.as_ref().is_some_and(|st| st.num_decoding > 0)
         })
@@ -280,12 +281,9 @@ pub fn lean_moves(
             .as_ref()
             .and_then(Load::of)
             .map_or(0.0, |l| l.mean_request);
-        let decoders = cms.iter().filter(|s| {
-            s.meta.model == model
-                && s.meta.role == InferStage::Neutral
-                && !leaning.leans_prefill(&s.meta.id)
-                && !busy.contains(&s.meta.id)
-        });
+        let decoders = cms
+            .iter()
+            .filter(|s| leans(s, InferStage::Decode) && !busy.contains(&s.meta.id));
         if let Some(to) = freest_with_room(decoders, moved, now, staleness) {
             busy.insert(to.meta.id.clone());
             orders.push(order(&source.meta.id, &to.meta.id, MoveReason::Lean));
@@ -296,7 +294,7 @@ pub fn lean_moves(
 
 /// The decode instance of `model` a disaggregated request needing `tokens` of KV is handed to at
 /// `now`: the freest schedulable one with room for it, if any. Under adaptive PD (`leaning`),
-/// the decode instances are the neutral ones that do not lean prefill.
+/// neutral instances that lean decode count as decode ones.
 pub fn decode_instance_for<'c>(
     cms: &'c Cms,
     model: &str,
@@ -305,11 +303,10 @@ pub fn decode_instance_for<'c>(
     now: f64,
     staleness: f64,
 ) -> Option<&'c InstanceState> {
-    let decodes = |s: &InstanceState| match leaning {
-        Some(l) => s.meta.role == InferStage::Neutral && !l.leans_prefill(&s.meta.id),
-        None => s.meta.role == InferStage::Decode,
-    };
-    let decoders = cms.iter().filter(|s| s.meta.model == model && decodes(s));
+    let role = |s: &InstanceState| leaning.map_or(s.meta.role, |l| l.role_of(&s.meta));
+    let decoders = cms
+        .iter()
+        .filter(|s| s.meta.model == model && role(s) == InferStage::Decode);
     freest_with_room(decoders, tokens as f64, now, staleness)
 }
 

@@ -479,20 +479,12 @@ impl Scheduler {
         let block = self.config.block_size as f64;
         let prompt = req.prompt_tokens as f64;
         let leaning = self
-            .leaning
-            .get(&req.model)
-            .filter(|l| self.config.adaptive_pd.is_some() && l.disaggregates());
+            .config
+            .adaptive_pd
+            .and_then(|_| self.leaning.get(&req.model))
+            .filter(|l| l.disaggregates());
         for state in self.cms.iter() {
-            let role = match leaning {
-                Some(l) if state.meta.role == InferStage::Neutral => {
-                    if l.leans_prefill(&state.meta.id) {
-                        InferStage::Prefill
-                    } else {
-                        InferStage::Decode
-                    }
-                }
-                _ => state.meta.role,
-            };
+            let role = leaning.map_or(state.meta.role, |l| l.role_of(&state.meta));
             let fits = stage.is_none_or(|stage| role_fits(role, stage));
             if state.meta.model != req.model || !fits {
                 continue;

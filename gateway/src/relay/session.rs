@@ -365,7 +365,8 @@ impl Session {
                         &to.ticket,
                         &self.upstream,
                         &self.request_id,
-                        (body, unsent),
+                        body,
+                        unsent,
                     )
                     .await
             }

@@ -426,7 +426,10 @@ impl Opener {
             ("content-type", "application/json"),
             ("x-request-id", ask.request_id),
         ];
-        let unsent = ask.resume.map_or(0, |r| r.unsent).to_string();
+        let unsent = ask
+            .resume
+            .filter(|r| r.unsent > 0)
+            .map(|r| r.unsent.to_string());
         if switchyard {
             headers.push((switchyard_protocol::TOKEN_IDS_HEADER, "1"));
             if upstream.resumable() {
@@ -437,8 +440,8 @@ impl Opener {
                     }
                 }
             }
-            if unsent != "0" {
-                headers.push((switchyard_protocol::UNSENT_TOKENS_HEADER, &unsent));
+            if let Some(unsent) = &unsent {
+                headers.push((switchyard_protocol::UNSENT_TOKENS_HEADER, unsent));
             }
         }
         self.post_to(&decision.endpoint, switchyard, path, &headers, body)
@@ -454,7 +457,8 @@ impl Opener {
         ticket: &str,
         upstream: &UpstreamRequest,
         request_id: &str,
-        (body, unsent): (bytes::Bytes, usize),
+        body: bytes::Bytes,
+        unsent: usize,
     ) -> std::io::Result<Answer> {
         let unsent = unsent.to_string();
         let headers = [
