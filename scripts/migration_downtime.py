@@ -86,7 +86,6 @@ class Cluster:
         )
         wait_healthy(GATEWAY)
         wait_schedulable(2)
-        self.vocab = self.vocab_size()
         self.name = json.loads(call(f"http://127.0.0.1:{ENGINES[0]}/v1/models"))["data"][0]["id"]
         # The gateway learns the model from the engines: wait until it answers for it.
         for _ in range(100):
@@ -96,12 +95,14 @@ class Cluster:
                 break
             except urllib.error.HTTPError:
                 time.sleep(0.1)
+        self.vocab = self.vocab_size()
 
     def vocab_size(self):
-        """The vocabulary size, which an engine names when it refuses an id past it."""
+        """The vocabulary size, which the gateway names when it refuses an id past it: its
+        tokenizer's (an engine names its logits' width, which may be wider)."""
         try:
-            call(f"http://127.0.0.1:{ENGINES[0]}/v1/completions",
-                 {"prompt": [10**9], "max_tokens": 1})
+            call(f"http://127.0.0.1:{GATEWAY}/v1/completions",
+                 {"model": self.name, "prompt": [10**9], "max_tokens": 1})
         except urllib.error.HTTPError as e:
             message = json.loads(e.read())["error"]["message"]
             return int(message.rsplit("size ", 1)[1].rstrip(")."))

@@ -269,7 +269,9 @@ def migration_downtime(binary, path):
     run = subprocess.run(
         [sys.executable, script, "--binary", binary, "--model", path, "--backend", "cuda",
          "--engine-args", "--gpu-memory-utilization 0.35", "--lengths", "256,2048,8192",
-         "--trials", "5", "--check-identity"],
+         "--trials", "5", "--check-identity",
+         # A GPU step takes about a millisecond: enough tokens that the move happens mid-answer.
+         "--tokens", "512"],
         capture_output=True, text=True, timeout=2 * STEP_TIMEOUT_S)
     log("migration", run.returncode, run.stdout, run.stderr[-2000:])
     return dict(returncode=run.returncode, table=run.stdout, error=run.stderr[-2000:])

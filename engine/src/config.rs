@@ -131,7 +131,8 @@ pub struct EngineArgs {
     /// KV blocks (default: from memory and model shape).
     #[arg(long, env = "SWITCHYARD_NUM_KV_BLOCKS")]
     pub num_kv_blocks: Option<usize>,
-    /// Share of accelerator memory for weights and KV cache.
+    /// Share of accelerator memory this engine takes for weights and KV cache (engines sharing
+    /// a GPU each take their own share).
     #[arg(long, env = "SWITCHYARD_GPU_MEMORY_UTILIZATION", default_value = "0.9")]
     pub gpu_memory_utilization: Share,
     /// Turn the prefix cache off.
@@ -289,6 +290,7 @@ impl EngineArgs {
                         index,
                         model_name: model_name.clone(),
                         max_model_len,
+                        vocab_size: model.vocab_size.max(tokenizer.vocab_size()),
                         block_size: self.block_size,
                         max_body_bytes: self.max_body_bytes,
                         role: self.role,
@@ -331,6 +333,7 @@ impl EngineArgs {
         Ok(BuiltModel {
             name: shape.name.clone(),
             max_positions: shape.max_position_embeddings as usize,
+            vocab_size: tokenizer.vocab_size(),
             num_blocks,
             bytes_per_block: shape.kv_bytes_per_token() as usize * block_size,
             make_backend: Box::new(move |_host_blocks| {
@@ -361,6 +364,7 @@ impl EngineArgs {
         Ok(BuiltModel {
             name: dir.name.clone(),
             max_positions: config.max_position_embeddings,
+            vocab_size: config.vocab_size,
             num_blocks,
             bytes_per_block: CpuBackend::kv_bytes_per_token(&config) * block_size,
             make_backend: Box::new(move |host_blocks| {
@@ -375,8 +379,8 @@ impl EngineArgs {
         })
     }
 
-    /// The model on GPU 0, its KV cache sized by `--gpu-memory-utilization` of the memory the
-    /// weights leave, shared evenly by `instances`.
+    /// The model on GPU 0, its KV cache sized by `--gpu-memory-utilization` of the device less
+    /// what the weights took (`kv_budget_bytes`), shared evenly by `instances`.
     fn cuda_model(&self, dir: &ModelDir, instances: usize) -> anyhow::Result<BuiltModel> {
         /// Room kept per instance for cuBLAS's workspace and the kernels' modules.
         const RESERVE_PER_INSTANCE: usize = 256 << 20;
@@ -397,19 +401,25 @@ impl EngineArgs {
             Some(n) => n,
             None => {
                 let (free, total) = model.memory().map_err(anyhow::Error::msg)?;
+                let own = model.own_bytes().map_err(anyhow::Error::msg)?;
                 let per_instance = model.workspace_bytes(&limits) + RESERVE_PER_INSTANCE;
-                let budget = total as f64 * *self.gpu_memory_utilization
-                    - (total - free) as f64
-                    - (instances * per_instance) as f64;
+                let budget = kv_budget_bytes(
+                    *self.gpu_memory_utilization,
+                    GpuMemory { free, total, own },
+                    instances * per_instance,
+                );
                 if budget < (instances * per_block) as f64 {
                     bail!(
-                        "no KV block fits on {}: {:.1} GiB of {:.1} GiB are in use after loading the \
-                         weights, and each instance needs {:.2} GiB of workspace \
+                        "no KV block fits on {}: this engine's share is {:.1} GiB \
+                         (--gpu-memory-utilization of {:.1} GiB), its weights take {:.1} GiB, \
+                         {:.1} GiB are free, and each instance needs {:.2} GiB of workspace \
                          (raise --gpu-memory-utilization or lower --max-num-batched-tokens)",
                         model.device_name(),
-                        (total - free) as f64 / (1u64 << 30) as f64,
-                        total as f64 / (1u64 << 30) as f64,
-                        per_instance as f64 / (1u64 << 30) as f64
+                        total as f64 * *self.gpu_memory_utilization / GIB,
+                        total as f64 / GIB,
+                        own as f64 / GIB,
+                        free as f64 / GIB,
+                        per_instance as f64 / GIB
                     );
                 }
                 (budget / (instances * per_block) as f64) as usize
@@ -425,6 +435,7 @@ impl EngineArgs {
         Ok(BuiltModel {
             name: dir.name.clone(),
             max_positions: config.max_position_embeddings,
+            vocab_size: config.vocab_size,
             num_blocks,
             bytes_per_block: per_block,
             make_backend: Box::new(move |_host_blocks| {
@@ -436,12 +447,80 @@ impl EngineArgs {
     }
 }
 
+/// Bytes in a GiB, for messages.
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// What the GPU's memory looks like once an engine's weights are loaded.
+#[derive(Debug, Clone, Copy)]
+struct GpuMemory {
+    /// Bytes free now, whoever holds the rest.
+    free: usize,
+    /// The device's bytes.
+    total: usize,
+    /// Bytes this engine took for its weights and buffers.
+    own: usize,
+}
+
+/// Bytes left for KV blocks, as vLLM sizes them: `utilization` of the device is this engine's
+/// share, less what its weights took and its instances' `workspace`; never more than is free,
+/// so engines sharing a GPU (each with its own share) fit side by side.
+fn kv_budget_bytes(utilization: f64, memory: GpuMemory, workspace: usize) -> f64 {
+    let share = memory.total as f64 * utilization - memory.own as f64;
+    share.min(memory.free as f64) - workspace as f64
+}
+
 /// A chosen backend's sizes and a maker of one backend per instance (given its host tier's
 /// slots).
 struct BuiltModel {
     name: String,
     max_positions: usize,
+    /// Token ids the model can produce: the width of its logits.
+    vocab_size: usize,
     num_blocks: usize,
     bytes_per_block: usize,
     make_backend: Box<dyn Fn(usize) -> anyhow::Result<Box<dyn Backend>>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GB: usize = 1 << 30;
+
+    #[test]
+    fn an_engine_alone_gets_its_share_less_its_weights_and_workspace() {
+        let memory = GpuMemory {
+            free: 64 * GB,
+            total: 80 * GB,
+            own: 16 * GB,
+        };
+        assert_eq!(
+            kv_budget_bytes(0.9, memory, GB),
+            (72 * GB - 16 * GB - GB) as f64
+        );
+    }
+
+    #[test]
+    fn a_second_engine_on_the_gpu_is_not_charged_for_the_first() {
+        // The first engine holds 28 GiB; the second's weights took 1 GiB of what was left.
+        let memory = GpuMemory {
+            free: 51 * GB,
+            total: 80 * GB,
+            own: GB,
+        };
+        assert_eq!(
+            kv_budget_bytes(0.35, memory, GB),
+            0.35 * (80 * GB) as f64 - (2 * GB) as f64
+        );
+    }
+
+    #[test]
+    fn no_engine_plans_more_than_is_free() {
+        let memory = GpuMemory {
+            free: 10 * GB,
+            total: 80 * GB,
+            own: GB,
+        };
+        assert_eq!(kv_budget_bytes(0.9, memory, GB), (9 * GB) as f64);
+    }
 }

@@ -48,6 +48,9 @@ pub struct InstanceInfo {
     pub model_name: String,
     /// Longest prompt plus output.
     pub max_model_len: usize,
+    /// Token ids a request can hold: the model's logits may be wider than the tokenizer's
+    /// vocabulary (padded), and a generated id past it is still the model's.
+    pub vocab_size: usize,
     /// Tokens per KV block.
     pub block_size: usize,
     /// Largest request body accepted, in bytes.

@@ -26,7 +26,7 @@ pub async fn chat_completions(
     let tok = instance.tokenizer.clone();
     let checked = check_chat(
         &req,
-        tok.vocab_size(),
+        instance.info.vocab_size,
         &instance.generation_defaults.sampling(),
     )?;
     let mut params = GenerationParams::from_checked(checked, &req.sampling, tok.eos_token_ids());

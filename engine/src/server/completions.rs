@@ -26,7 +26,7 @@ pub async fn completions(
     let tok = instance.tokenizer.clone();
     let checked = check_completion(
         &req,
-        tok.vocab_size(),
+        instance.info.vocab_size,
         &instance.generation_defaults.sampling(),
     )?;
     let mut params = GenerationParams::from_checked(checked, &req.sampling, tok.eos_token_ids());
@@ -37,7 +37,7 @@ pub async fn completions(
             PromptInput::Text(text) => tok
                 .encode(&text, true)
                 .map_err(|e| ApiError::invalid_param("prompt", e.to_string()))?,
-            PromptInput::Tokens(ids) => token_prompt(&ids, tok.vocab_size())?,
+            PromptInput::Tokens(ids) => token_prompt(&ids, instance.info.vocab_size)?,
         };
         let max = settle_max_tokens(
             ids.len(),

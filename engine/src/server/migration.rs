@@ -119,7 +119,7 @@ async fn commit(
 ) -> Result<StatusCode, HttpError> {
     check_moved(
         &moved,
-        instance.tokenizer.vocab_size(),
+        instance.info.vocab_size,
         instance.info.max_model_len,
     )?;
     instance.commit_move(ticket, moved).await?;

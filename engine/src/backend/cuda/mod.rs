@@ -83,6 +83,9 @@ pub struct CudaModel {
     kernels: Kernels,
     inverse_frequencies: Buffer<f32>,
     device_name: String,
+    /// Free GPU memory once the context and kernels were up, before the weights: what this
+    /// process uses since is its own, whatever other processes on the GPU hold.
+    free_before_weights: usize,
 }
 
 /// The reason a CUDA step or setup failed.
@@ -107,6 +110,8 @@ impl CudaModel {
         unsafe { ctx.disable_event_tracking() };
         let device_name = ctx.name().unwrap_or_else(|_| "GPU 0".to_string());
         let kernels = Kernels::load(&ctx)?;
+        let (free_before_weights, _) =
+            ctx.mem_get_info().map_err(fail("cannot read GPU memory"))?;
         let stream = ctx.default_stream();
         let host = ModelWeights::<bf16>::load(dir, config).map_err(|e| e.to_string())?;
         let weights =
@@ -123,6 +128,7 @@ impl CudaModel {
             kernels,
             inverse_frequencies,
             device_name,
+            free_before_weights,
         }))
     }
 
@@ -136,6 +142,12 @@ impl CudaModel {
         self.ctx
             .mem_get_info()
             .map_err(fail("cannot read GPU memory"))
+    }
+
+    /// Bytes of GPU memory this model took since its context was opened (weights and buffers).
+    pub fn own_bytes(&self) -> Result<usize, String> {
+        let (free, _) = self.memory()?;
+        Ok(self.free_before_weights.saturating_sub(free))
     }
 
     /// Bytes one KV block of `block_size` tokens takes.
