@@ -379,8 +379,11 @@ impl Scheduler {
         now: f64,
         lap: &mut dyn FnMut(Lap),
     ) -> Result<Placement, ScheduleError> {
-        let adaptive = req.infer_stage == InferStage::Neutral && self.lean(req, now);
-        if adaptive && req.prompt_tokens < self.long_prompt() {
+        let (adaptive, long) = match req.infer_stage {
+            InferStage::Neutral => self.lean(req, now),
+            _ => (false, false),
+        };
+        if adaptive && !long {
             return self.place(req, Some(InferStage::Decode), now, lap);
         }
         if !adaptive && (req.infer_stage != InferStage::Neutral || !self.disaggregates(&req.model))
@@ -410,35 +413,43 @@ impl Scheduler {
         Ok(placement)
     }
 
-    /// Prompts at least this long are disaggregated under adaptive PD.
-    fn long_prompt(&self) -> u32 {
-        self.config.adaptive_pd.map_or(u32::MAX, |a| a.long_prompt)
-    }
-
-    /// With adaptive PD: counts `req` if its prompt is long, brings its model's leaning
-    /// instances up to date at `now`, and says whether some lean prefill (then the request is
-    /// placed by the leanings).
-    fn lean(&mut self, req: &ScheduleRequest, now: f64) -> bool {
+    /// With adaptive PD: counts `req` if its prompt is long (at least `long_prompt` tokens left
+    /// to compute where the most of it is cached: cached tokens stall no decode), brings its
+    /// model's leaning instances up to date at `now`, and says whether some lean prefill (then
+    /// the request is placed by the leanings) and whether it is long.
+    fn lean(&mut self, req: &ScheduleRequest, now: f64) -> (bool, bool) {
         let Some(adaptive) = self.config.adaptive_pd else {
-            return false;
+            return (false, false);
         };
-        let leaning = self.leaning.entry(req.model.clone()).or_default();
+        let mut long = false;
         if req.prompt_tokens >= adaptive.long_prompt {
+            self.index.lookup(&req.block_hashes, now, &mut self.hits);
+            let cached_blocks = self
+                .hits
+                .iter()
+                .map(|&(_, blocks)| blocks)
+                .max()
+                .unwrap_or(0);
+            let cached = (u64::from(cached_blocks) * self.config.block_size as u64)
+                .min(u64::from(req.prompt_tokens));
+            let uncached = u64::from(req.prompt_tokens) - cached;
+            long = uncached >= u64::from(adaptive.long_prompt);
             // What the prompt's prefill takes on an instance of the model, by its fit.
             let fit = self
                 .cms
                 .iter()
                 .filter(|s| s.meta.model == req.model)
                 .find_map(|s| self.fits.of(&s.meta.id));
-            let tokens = req.prompt_tokens as f64;
-            let attention = StepSample::attention_of(0, req.prompt_tokens as u64) as f64;
-            if let Some(fit) = fit {
-                let seconds = crate::predictor::prefill_seconds(fit, tokens, attention);
+            if let (true, Some(fit)) = (long, fit) {
+                let attention = StepSample::attention_of(cached, uncached) as f64;
+                let seconds = crate::predictor::prefill_seconds(fit, uncached as f64, attention);
+                let leaning = self.leaning.entry(req.model.clone()).or_default();
                 leaning.on_long_prompt(seconds, now, adaptive.window);
             }
         }
+        let leaning = self.leaning.entry(req.model.clone()).or_default();
         leaning.review(&self.cms, &req.model, now, adaptive.window);
-        leaning.disaggregates()
+        (leaning.disaggregates(), long)
     }
 
     /// Whether `model` has both prefill and decode instances.

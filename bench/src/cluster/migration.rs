@@ -90,8 +90,11 @@ impl Cluster {
             if !self.has_free_lane(from) {
                 continue;
             }
+            // A request already on its way, or waiting to be handed off, is not moved twice.
             let movable = self.nodes[from].core.movable(order.reason.first());
-            let Some(&(seq, tokens)) = movable.first() else {
+            let Some(&(seq, tokens)) = movable.iter().find(|(seq, _)| {
+                !self.is_moving(from, *seq) && !self.handoffs.contains_key(&(from, *seq))
+            }) else {
                 continue;
             };
             self.start_move(from, to, seq, tokens, order.reason.label(), false, now);
@@ -114,6 +117,9 @@ impl Cluster {
         hand_off: bool,
         now: f64,
     ) -> bool {
+        if self.is_moving(from, seq) {
+            return false;
+        }
         let incoming = self.moves.values().filter(|m| m.to == to).count();
         let reserved = (incoming < MAX_INCOMING)
             .then(|| self.nodes[to].core.reserve(tokens + 1))
@@ -324,6 +330,11 @@ impl Cluster {
     /// [`MOVES_OUT_AT_ONCE`] requests at a time, and the others wait their turn.
     pub(super) fn has_free_lane(&self, n: usize) -> bool {
         self.nodes[n].moving_out < MOVES_OUT_AT_ONCE
+    }
+
+    /// Whether sequence `seq` of node `from` is being moved.
+    fn is_moving(&self, from: usize, seq: SeqId) -> bool {
+        self.moves.values().any(|m| m.from == from && m.seq == seq)
     }
 
     fn node_index(&self, id: &str) -> Option<usize> {

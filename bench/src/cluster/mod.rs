@@ -729,6 +729,52 @@ mod tests {
         let tokenizer = switchyard_text::tokenizer::builtin_tokenizer();
         let config = ClusterConfig {
             prefill_instances: Some(prefill),
+            shape: ModelShape::preset("llama-3.1-8b").unwrap(),
+            ..config(instances, Policy::Predictive)
+        };
+        let corpus = switchyard_text::tokenizer::BUILTIN_CORPUS;
+        let cluster = Cluster::new(&config, &tokenizer, corpus).unwrap();
+        cluster.run(
+            requests,
+            &Words::builtin(),
+            &tokenizer,
+            &ProgressBar::hidden(),
+        )
+    }
+
+    /// `n` requests of 2,080 tokens each, none sharing a block with another, `gap` apart.
+    fn unshared_requests(n: usize, gap: f64) -> Vec<BenchRequest> {
+        (0..n)
+            .map(|i| BenchRequest {
+                at: i as f64 * gap,
+                prompt: Prompt::Text(vec![Span {
+                    seed: 5000 + i as u64,
+                    count: 2080,
+                }]),
+                prompt_tokens: 2080,
+                max_tokens: 16,
+            })
+            .collect()
+    }
+
+    /// `requests` on `instances` predictive instances under adaptive PD (prompts of
+    /// `long_prompt` tokens disaggregated), with the rescheduler if `rescheduling`.
+    fn simulate_adaptive(
+        instances: usize,
+        long_prompt: u32,
+        rescheduling: bool,
+        requests: &[BenchRequest],
+    ) -> SimRun {
+        let tokenizer = switchyard_text::tokenizer::builtin_tokenizer();
+        let config = ClusterConfig {
+            adaptive_pd: Some(AdaptivePd {
+                long_prompt,
+                ..AdaptivePd::default()
+            }),
+            rescheduling: rescheduling.then(|| Rescheduling {
+                config: Default::default(),
+            }),
+            shape: ModelShape::preset("llama-3.1-8b").unwrap(),
             ..config(instances, Policy::Predictive)
         };
         let corpus = switchyard_text::tokenizer::BUILTIN_CORPUS;
@@ -763,25 +809,10 @@ mod tests {
 
     #[test]
     fn adaptive_pd_hands_long_prompts_over_and_loses_nothing() {
-        // Every prompt (2,080 tokens) is long here, and they come fast enough to keep an
-        // instance prefilling: some lean prefill and hand the requests to the others.
-        let requests = shared_prefix_requests(256, 0.001);
-        let tokenizer = switchyard_text::tokenizer::builtin_tokenizer();
-        let config = ClusterConfig {
-            adaptive_pd: Some(AdaptivePd {
-                long_prompt: 1024,
-                ..AdaptivePd::default()
-            }),
-            ..config(4, Policy::Predictive)
-        };
-        let corpus = switchyard_text::tokenizer::BUILTIN_CORPUS;
-        let cluster = Cluster::new(&config, &tokenizer, corpus).unwrap();
-        let run = cluster.run(
-            &requests,
-            &Words::builtin(),
-            &tokenizer,
-            &ProgressBar::hidden(),
-        );
+        // Every prompt (2,080 tokens, none shared) is long here, and they come fast enough to
+        // keep an instance prefilling: some lean prefill and hand the requests to the others.
+        let requests = unshared_requests(256, 0.001);
+        let run = simulate_adaptive(4, 1024, false, &requests);
         assert_eq!(run.outcomes.len(), 256);
         for o in &run.outcomes {
             assert_eq!(o.error, None);
@@ -789,6 +820,39 @@ mod tests {
         }
         let m = &run.migration;
         assert!(m.moved.get("pd_handoff").copied().unwrap_or(0) > 0, "{m:?}");
+    }
+
+    #[test]
+    fn adaptive_pd_leaves_a_prompt_whose_prefix_is_cached_whole() {
+        // The same prompts sharing three 2,048-token prefixes: once a prefix is cached, 32
+        // tokens are left to compute, which stall no decode, so nothing is handed over.
+        let requests = shared_prefix_requests(256, 0.001);
+        let run = simulate_adaptive(4, 1024, false, &requests);
+        let handed = run.migration.moved.get("pd_handoff").copied().unwrap_or(0);
+        assert!(
+            handed <= 3,
+            "only the prefixes' first prompts: {:?}",
+            run.migration
+        );
+    }
+
+    #[test]
+    fn a_request_waiting_for_its_hand_off_is_not_also_moved_by_the_rescheduler() {
+        // Adaptive PD with the rescheduler on: a request whose hand-off waits for a free lane
+        // may get its first token and be picked by the rescheduler meanwhile; it must move once
+        // (a second move of the same request used to find it gone and panic).
+        let spec = crate::workload::long_context::LongContext {
+            requests: 100,
+            ..Default::default()
+        };
+        let arrivals = crate::workload::synthetic::Arrivals::Poisson { rate: 30.0 };
+        let requests = crate::workload::long_context::long_context(spec, arrivals, 7);
+        let run = simulate_adaptive(8, 2048, true, &requests);
+        assert_eq!(run.outcomes.len(), 100);
+        for (o, r) in run.outcomes.iter().zip(&requests) {
+            assert_eq!(o.error, None);
+            assert_eq!(o.output_tokens, r.max_tokens, "every token, once");
+        }
     }
 
     #[test]
