@@ -329,6 +329,8 @@ CMS_GAUGES = [
      "instance_cms_hybrid_scheduler_waiting_to_decode_requests"),
     ("Tokens handed over to decode elsewhere",
      "instance_cms_hybrid_scheduler_waiting_to_decode_tokens"),
+    ("Tokens handed over whose KV is not sent yet",
+     "instance_cms_unallocated_tokens_hybrid_scheduler_waiting_decodes"),
     ("Unallocated tokens of running prefills",
      "instance_cms_unallocated_tokens_scheduler_running_prefills"),
     ("In-flight dispatches", "instance_cms_inflight_dispatch_requests"),

@@ -58,6 +58,10 @@ pub struct EngineStatus {
     /// KV tokens of the requests being handed over.
     #[serde(default)]
     pub handing_over_kv_tokens: u64,
+    /// Of those, the tokens whose KV has not been sent yet: what the destinations still have to
+    /// take into blocks of theirs.
+    #[serde(default)]
+    pub handing_over_unsent_tokens: u64,
     /// The engine's role in prefill/decode disaggregation.
     #[serde(default)]
     pub role: crate::schedule::InferStage,

@@ -579,7 +579,10 @@ impl Driver {
         status.role = self.role;
         (status.num_loading, status.loading_kv_tokens) =
             self.moves.loading(self.core.config().block_size);
-        (status.num_handing_over, status.handing_over_kv_tokens) = self.moves.leaving(&self.core);
+        let leaving = self.moves.leaving(&self.core);
+        status.num_handing_over = leaving.requests;
+        status.handing_over_kv_tokens = leaving.tokens;
+        status.handing_over_unsent_tokens = leaving.unsent_tokens;
         self.metrics.on_status(&status, self.core.pool().usage());
         let status = Arc::new(status);
         self.latest.send_replace(status.clone());

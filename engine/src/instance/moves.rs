@@ -166,8 +166,8 @@ pub struct Attached {
 pub(super) struct Moves {
     /// Sequences whose client follows a move (the gateway said so), and may move.
     pub following: rustc_hash::FxHashSet<SeqId>,
-    /// Sequences being moved out.
-    outgoing: rustc_hash::FxHashSet<SeqId>,
+    /// Sequences being moved out, with the blocks of theirs sent so far.
+    outgoing: FxHashMap<SeqId, usize>,
     /// Reservations for requests on their way in, by ticket.
     incoming: FxHashMap<String, Reservation>,
     /// Requests that arrived and wait for their stream, by ticket, with their tokens on arrival
@@ -186,15 +186,28 @@ impl Moves {
         (self.incoming.len() as u32, tokens)
     }
 
-    /// Requests being moved out, and their computed tokens (the KV they take with them).
-    pub fn leaving(&self, core: &crate::core::EngineCore) -> (u32, u64) {
-        let tokens = self
-            .outgoing
-            .iter()
-            .filter_map(|&seq| core.computed_tokens(seq))
-            .map(|t| t as u64)
-            .sum();
-        (self.outgoing.len() as u32, tokens)
+    /// Requests being moved out: how many, their computed tokens (the KV they take with them),
+    /// and how many of those are not sent yet.
+    pub fn leaving(&self, core: &crate::core::EngineCore) -> Leaving {
+        let block_size = core.config().block_size;
+        let mut leaving = Leaving {
+            requests: self.outgoing.len() as u32,
+            ..Leaving::default()
+        };
+        for (&seq, &sent_blocks) in &self.outgoing {
+            if let Some(computed) = core.computed_tokens(seq) {
+                leaving.tokens += computed as u64;
+                leaving.unsent_tokens += unsent_tokens(computed, sent_blocks, block_size);
+            }
+        }
+        leaving
+    }
+
+    /// Notes that the blocks of `seq` up to `end` were sent.
+    fn sent(&mut self, seq: SeqId, end: usize) {
+        if let Some(sent) = self.outgoing.get_mut(&seq) {
+            *sent = (*sent).max(end);
+        }
     }
 
     /// Forgets `seq` once it ended or left here.
@@ -202,6 +215,22 @@ impl Moves {
         self.following.remove(&seq);
         self.outgoing.remove(&seq);
     }
+}
+
+/// Requests being moved out of an instance, as its status reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Leaving {
+    /// How many.
+    pub requests: u32,
+    /// Their computed tokens.
+    pub tokens: u64,
+    /// Those of their computed tokens whose KV is not sent yet.
+    pub unsent_tokens: u64,
+}
+
+/// Computed tokens of a request past its first `sent_blocks` blocks.
+fn unsent_tokens(computed: usize, sent_blocks: usize, block_size: usize) -> u64 {
+    computed.saturating_sub(sent_blocks.saturating_mul(block_size)) as u64
 }
 
 fn unknown_ticket(ticket: &str) -> ApiError {
@@ -436,7 +465,7 @@ impl Driver {
             if picked.len() >= count {
                 break;
             }
-            if !self.moves.following.contains(&seq) || self.moves.outgoing.contains(&seq) {
+            if !self.moves.following.contains(&seq) || self.moves.outgoing.contains_key(&seq) {
                 continue;
             }
             let Some(rid) = self.core.batcher().get(seq).map(|s| &s.request_id) else {
@@ -452,7 +481,7 @@ impl Driver {
             });
         }
         for p in &picked {
-            self.moves.outgoing.insert(p.seq);
+            self.moves.outgoing.insert(p.seq, 0);
         }
         picked
     }
@@ -489,6 +518,7 @@ impl Driver {
         let blocks_computed = computed.div_ceil(block_size).min(blocks.len());
         let end = blocks_computed.min(from_block.saturating_add(max_blocks));
         let sent = blocks.get(from_block..end).unwrap_or_default();
+        self.moves.sent(seq, end);
         let bytes = backend.export_kv(sent).map_err(|e| {
             let reason = match e {
                 KvMoveError::Unsupported => "unsupported",
@@ -647,5 +677,19 @@ impl Driver {
             .with_code("ticket_mismatch"));
         }
         Ok(arrived)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unsent_tokens;
+
+    #[test]
+    fn the_unsent_tokens_are_the_computed_ones_past_the_blocks_sent() {
+        assert_eq!(unsent_tokens(100, 0, 16), 100);
+        assert_eq!(unsent_tokens(100, 4, 16), 36);
+        // The last block sent may be partly filled: nothing of it is left.
+        assert_eq!(unsent_tokens(100, 7, 16), 0);
+        assert_eq!(unsent_tokens(0, 3, 16), 0);
     }
 }

@@ -219,6 +219,16 @@ impl SchedulerMetrics {
                         .map_or(0.0, |s| s.handing_over_kv_tokens as f64)
                 },
             ),
+            // Of the tokens leaving for a decode instance, those whose KV is not there yet: what
+            // that instance still has to take into blocks of its own.
+            (
+                "instance_cms_unallocated_tokens_hybrid_scheduler_waiting_decodes",
+                |v| {
+                    v.status
+                        .as_ref()
+                        .map_or(0.0, |s| s.handing_over_unsent_tokens as f64)
+                },
+            ),
             (
                 "instance_cms_unallocated_tokens_scheduler_running_prefills",
                 |v| {
