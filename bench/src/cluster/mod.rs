@@ -709,15 +709,7 @@ mod tests {
     }
 
     fn simulate(instances: usize, policy: Policy, requests: &[BenchRequest]) -> SimRun {
-        let tokenizer = switchyard_text::tokenizer::builtin_tokenizer();
-        let words = Words::builtin();
-        let cluster = Cluster::new(
-            &config(instances, policy),
-            &tokenizer,
-            switchyard_text::tokenizer::BUILTIN_CORPUS,
-        )
-        .unwrap();
-        cluster.run(requests, &words, &tokenizer, &ProgressBar::hidden())
+        simulate_with(&config(instances, policy), requests)
     }
 
     /// `requests` on `instances` predictive instances of which `prefill` are prefill ones.
@@ -726,14 +718,18 @@ mod tests {
         prefill: usize,
         requests: &[BenchRequest],
     ) -> SimRun {
-        let tokenizer = switchyard_text::tokenizer::builtin_tokenizer();
         let config = ClusterConfig {
             prefill_instances: Some(prefill),
-            shape: ModelShape::preset("llama-3.1-8b").unwrap(),
             ..config(instances, Policy::Predictive)
         };
+        simulate_with(&config, requests)
+    }
+
+    /// `requests` on a cluster of `config`.
+    fn simulate_with(config: &ClusterConfig, requests: &[BenchRequest]) -> SimRun {
+        let tokenizer = switchyard_text::tokenizer::builtin_tokenizer();
         let corpus = switchyard_text::tokenizer::BUILTIN_CORPUS;
-        let cluster = Cluster::new(&config, &tokenizer, corpus).unwrap();
+        let cluster = Cluster::new(config, &tokenizer, corpus).unwrap();
         cluster.run(
             requests,
             &Words::builtin(),
@@ -757,15 +753,15 @@ mod tests {
             .collect()
     }
 
-    /// `requests` on `instances` predictive instances under adaptive PD (prompts of
-    /// `long_prompt` tokens disaggregated), with the rescheduler if `rescheduling`.
+    /// `requests` on `instances` predictive instances of the Llama-3.1-8B shape under adaptive
+    /// PD (prompts of `long_prompt` tokens disaggregated), with the rescheduler if
+    /// `rescheduling`.
     fn simulate_adaptive(
         instances: usize,
         long_prompt: u32,
         rescheduling: bool,
         requests: &[BenchRequest],
     ) -> SimRun {
-        let tokenizer = switchyard_text::tokenizer::builtin_tokenizer();
         let config = ClusterConfig {
             adaptive_pd: Some(AdaptivePd {
                 long_prompt,
@@ -777,14 +773,7 @@ mod tests {
             shape: ModelShape::preset("llama-3.1-8b").unwrap(),
             ..config(instances, Policy::Predictive)
         };
-        let corpus = switchyard_text::tokenizer::BUILTIN_CORPUS;
-        let cluster = Cluster::new(&config, &tokenizer, corpus).unwrap();
-        cluster.run(
-            requests,
-            &Words::builtin(),
-            &tokenizer,
-            &ProgressBar::hidden(),
-        )
+        simulate_with(&config, requests)
     }
 
     #[test]
