@@ -1,7 +1,10 @@
 //! Adaptive prefill/decode disaggregation over neutral instances (Llumnix's adaptive PD). A long
 //! prompt, whose prefill would stall every decode sharing its steps, is computed on an instance
 //! that leans prefill and handed after its first token to one that leans decode; every other
-//! prompt runs whole on the decode-leaning instances. How many instances lean prefill follows
+//! prompt runs whole on the decode-leaning instances (as does a long prompt that no
+//! prefill-leaning instance would serve inside its SLOs, where a decode-leaning one would
+//! without pushing its decodes past theirs; the scheduler decides that). A prompt is long by the
+//! tokens left to compute where most of it is cached. How many instances lean prefill follows
 //! the long prompts' prefill work: the instance-seconds of prefill they bring each second (a
 //! moving rate), rounded, with hysteresis before any instance leans back. With no long prompts,
 //! or too few to keep a quarter of an instance busy, no instance leans prefill and the model is

@@ -371,8 +371,9 @@ impl Scheduler {
     /// prefill and decode instances, a request is placed on a prefill (or neutral) instance and
     /// the decision names the decode instance to hand it to: the freest with room for it. Under
     /// adaptive PD, once some neutral instances lean prefill, a long prompt is placed and handed
-    /// over the same way between the leanings, and any other prompt runs whole on an instance
-    /// that leans decode.
+    /// over the same way between the leanings (unless only a decode-leaning instance would
+    /// serve it inside its SLOs, and without pushing its decodes past theirs), and any other
+    /// prompt runs whole on an instance that leans decode.
     pub fn schedule_with(
         &mut self,
         req: &ScheduleRequest,
@@ -383,7 +384,12 @@ impl Scheduler {
             InferStage::Neutral => self.lean(req, now),
             _ => (false, false),
         };
-        if adaptive && !long {
+        // A long prompt that no prefill-leaning instance can serve inside its SLOs is computed
+        // whole where it can, if the decodes there stay inside theirs.
+        let whole = !long
+            || (self.meets_slos_leaning(req, InferStage::Prefill, false, now) == Some(false)
+                && self.meets_slos_leaning(req, InferStage::Decode, true, now) == Some(true));
+        if adaptive && whole {
             return self.place(req, Some(InferStage::Decode), now, lap);
         }
         if !adaptive && (req.infer_stage != InferStage::Neutral || !self.disaggregates(&req.model))
@@ -450,6 +456,57 @@ impl Scheduler {
         let leaning = self.leaning.entry(req.model.clone()).or_default();
         leaning.review(&self.cms, &req.model, now, adaptive.window);
         (leaning.disaggregates(), long)
+    }
+
+    /// Under adaptive PD, whether some schedulable instance of `req`'s model leaning `role`
+    /// keeps it inside its SLOs and, with `spare_decodes`, keeps the decodes already there
+    /// inside the TPOT SLO too: their predicted TPOT plus the wait its prompt adds to each,
+    /// spread over the tokens they have left ([`REMAINING_SHARE`] of an answer as long as its
+    /// own). `None` without SLOs or without such an instance.
+    fn meets_slos_leaning(
+        &mut self,
+        req: &ScheduleRequest,
+        role: InferStage,
+        spare_decodes: bool,
+        now: f64,
+    ) -> Option<bool> {
+        let slos = self.slos_for(&req.model);
+        let leaning = self.leaning.get(&req.model).filter(|_| slos.any())?;
+        self.index.lookup(&req.block_hashes, now, &mut self.hits);
+        let block = self.config.block_size as f64;
+        let prompt = req.prompt_tokens as f64;
+        let left = (req.max_tokens.max(1) as f64 * REMAINING_SHARE).max(1.0);
+        let mut found = None;
+        for state in self.cms.iter() {
+            if state.meta.model != req.model
+                || leaning.role_of(&state.meta) != role
+                || !state.schedulable(now, self.config.staleness)
+            {
+                continue;
+            }
+            let cached_blocks = self
+                .hits
+                .iter()
+                .find(|&&(slot, _)| slot == state.slot)
+                .map_or(0, |&(_, blocks)| blocks);
+            let ask = Ask {
+                cached: (cached_blocks as f64 * block).min(prompt - 1.0).max(0.0),
+                prompt,
+                output: req.max_tokens as f64,
+            };
+            let fit = self.fits.of(&state.meta.id);
+            let mut m = candidate_metrics(state, self.lrs.in_flight(&state.meta.id), ask, fit, now);
+            score(&mut m, slos, req.max_tokens as f64, 0.0);
+            let decodes_keep = !spare_decodes
+                || slos
+                    .tpot
+                    .is_none_or(|tpot| m.predicted_tpot_before + m.delay_each / left <= tpot);
+            if m.violations == 0.0 && decodes_keep {
+                return Some(true);
+            }
+            found = Some(false);
+        }
+        found
     }
 
     /// Whether `model` has both prefill and decode instances.
@@ -693,6 +750,10 @@ fn log_candidates(
 fn role_fits(role: InferStage, stage: InferStage) -> bool {
     role == stage || role == InferStage::Neutral
 }
+
+/// Share of its answer a running request has still to generate, on average (half: progress is
+/// spread evenly over an answer).
+const REMAINING_SHARE: f64 = 0.5;
 
 /// The request as a candidate sees it.
 #[derive(Debug, Clone, Copy)]

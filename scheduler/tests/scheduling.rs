@@ -833,3 +833,89 @@ fn adaptive_pd_hands_long_prompts_from_prefill_leaning_instances_and_runs_short_
         assert!(!prefill.contains(&placed.instance_id), "{placed:?}");
     }
 }
+
+#[test]
+fn adaptive_pd_computes_a_long_prompt_whole_where_the_prefill_side_would_miss_its_slos_and_no_decode_suffers(
+) {
+    use switchyard_scheduler::adaptive_pd::AdaptivePd;
+    let slos = Slos {
+        ttft: Some(5.0),
+        tpot: Some(0.05),
+    };
+    let mut s = cluster_with(
+        SchedulerConfig {
+            adaptive_pd: Some(AdaptivePd {
+                long_prompt: 16_384,
+                window: 20.0,
+            }),
+            ..predictive(slos)
+        },
+        4,
+    );
+    let long = |id: &str| ScheduleRequest {
+        request_id: id.into(),
+        model: "m".into(),
+        prompt_tokens: 24_000,
+        max_tokens: 200,
+        ..Default::default()
+    };
+    // A stream of long prompts makes some instances lean prefill.
+    let mut prefill = std::collections::BTreeSet::new();
+    for i in 0..40 {
+        let placed = s.schedule(&long(&format!("l{i}")), i as f64 * 0.1).unwrap();
+        if placed.decision.decode.is_some() {
+            prefill.insert(placed.decision.instance_id.clone());
+        }
+        s.release(&format!("l{i}"));
+    }
+    assert!((1..4).contains(&prefill.len()), "{prefill:?}");
+    let decoding: Vec<String> = (0..4)
+        .map(|i| format!("i{i}"))
+        .filter(|id| !prefill.contains(id))
+        .collect();
+    // Every prefill-leaning instance has a minute of prompts queued: the next long prompt's
+    // first token would come far past its 5 s there.
+    let backlog = EngineStatus {
+        num_waiting: 20,
+        waiting_prefill_tokens: 480_000,
+        total_kv_tokens: 10_000_000,
+        ..idle()
+    };
+    for id in &prefill {
+        s.on_status(id, backlog.clone(), 4.0);
+    }
+    // The decode-leaning instances decode a few short requests: the long prompt is computed
+    // whole on one of them, with no hand-off.
+    let light = EngineStatus {
+        num_running: 2,
+        num_decoding: 2,
+        decode_tokens: 2_000,
+        total_kv_tokens: 10_000_000,
+        ..idle()
+    };
+    for id in &decoding {
+        s.on_status(id, light.clone(), 4.0);
+    }
+    let placed = s.schedule(&long("whole"), 4.0).unwrap().decision;
+    assert_eq!(placed.decode, None, "{placed:?}");
+    assert!(decoding.contains(&placed.instance_id), "{placed:?}");
+    s.release("whole");
+    // With many decodes there, whose tokens the prompt's prefill would push past 50 ms, it is
+    // handed over as before.
+    let crowded = EngineStatus {
+        num_running: 200,
+        num_decoding: 200,
+        decode_tokens: 2_300_000,
+        total_kv_tokens: 10_000_000,
+        ..idle()
+    };
+    for id in &decoding {
+        s.on_status(id, crowded.clone(), 4.1);
+    }
+    for id in &prefill {
+        s.on_status(id, backlog.clone(), 4.1);
+    }
+    let placed = s.schedule(&long("handed"), 4.1).unwrap().decision;
+    assert!(prefill.contains(&placed.instance_id), "{placed:?}");
+    assert!(placed.decode.is_some(), "{placed:?}");
+}
