@@ -462,7 +462,8 @@ impl Scheduler {
     /// keeps it inside its SLOs and, with `spare_decodes`, keeps the decodes already there
     /// inside the TPOT SLO too: their predicted TPOT plus the wait its prompt adds to each,
     /// spread over the tokens they have left ([`REMAINING_SHARE`] of an answer as long as its
-    /// own). `None` without SLOs or without such an instance.
+    /// own; an instance decoding nothing has nothing to spare). `None` without SLOs or without
+    /// such an instance.
     fn meets_slos_leaning(
         &mut self,
         req: &ScheduleRequest,
@@ -498,6 +499,7 @@ impl Scheduler {
             let mut m = candidate_metrics(state, self.lrs.in_flight(&state.meta.id), ask, fit, now);
             score(&mut m, slos, req.max_tokens as f64, 0.0);
             let decodes_keep = !spare_decodes
+                || m.decode_batch == 0.0
                 || slos
                     .tpot
                     .is_none_or(|tpot| m.predicted_tpot_before + m.delay_each / left <= tpot);
