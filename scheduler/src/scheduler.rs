@@ -386,10 +386,12 @@ impl Scheduler {
         };
         // A long prompt that no prefill-leaning instance can serve inside its SLOs is computed
         // whole where it can, if the decodes there stay inside theirs.
-        let whole = !long
-            || (self.meets_slos_leaning(req, InferStage::Prefill, false, now) == Some(false)
-                && self.meets_slos_leaning(req, InferStage::Decode, true, now) == Some(true));
-        if adaptive && whole {
+        let whole = |s: &mut Self| {
+            !long
+                || (s.meets_slos_leaning(req, InferStage::Prefill, false, now) == Some(false)
+                    && s.meets_slos_leaning(req, InferStage::Decode, true, now) == Some(true))
+        };
+        if adaptive && whole(self) {
             return self.place(req, Some(InferStage::Decode), now, lap);
         }
         if !adaptive && (req.infer_stage != InferStage::Neutral || !self.disaggregates(&req.model))
