@@ -233,6 +233,16 @@ pub fn plan_moves(
     moves
 }
 
+/// KV tokens of the mean request of an instance: the room a request moved off it needs
+/// (0 without a status).
+fn mean_request(state: &InstanceState) -> f64 {
+    state
+        .status
+        .as_ref()
+        .and_then(Load::of)
+        .map_or(0.0, |l| l.mean_request)
+}
+
 /// Where a request leaving `from` goes at `now`: the freest schedulable instance of its model
 /// with room for one of its requests, if any.
 pub fn destination_for<'c>(
@@ -242,11 +252,7 @@ pub fn destination_for<'c>(
     staleness: f64,
 ) -> Option<&'c InstanceState> {
     let source = cms.get(from)?;
-    let moved = source
-        .status
-        .as_ref()
-        .and_then(Load::of)
-        .map_or(0.0, |l| l.mean_request);
+    let moved = mean_request(source);
     let others = cms
         .iter()
         .filter(|s| s.meta.id != from && s.meta.model == source.meta.model);
@@ -276,11 +282,7 @@ pub fn lean_moves(
     let mut busy = busy.clone();
     let mut orders = Vec::new();
     for source in sources {
-        let moved = source
-            .status
-            .as_ref()
-            .and_then(Load::of)
-            .map_or(0.0, |l| l.mean_request);
+        let moved = mean_request(source);
         let decoders = cms
             .iter()
             .filter(|s| leans(s, InferStage::Decode) && !busy.contains(&s.meta.id));

@@ -432,6 +432,7 @@ impl Scheduler {
         let mut long = false;
         if req.prompt_tokens >= adaptive.long_prompt {
             self.index.lookup(&req.block_hashes, now, &mut self.hits);
+            self.index_hits_by_slot();
             let cached_blocks = self
                 .hits
                 .iter()
@@ -465,7 +466,8 @@ impl Scheduler {
     /// inside the TPOT SLO too: their predicted TPOT plus the wait its prompt adds to each,
     /// spread over the tokens they have left ([`REMAINING_SHARE`] of an answer as long as its
     /// own; an instance decoding nothing has nothing to spare). `None` without SLOs or without
-    /// such an instance.
+    /// such an instance. Asked for long prompts only, whose prefix [`Scheduler::lean`] has just
+    /// looked up.
     fn meets_slos_leaning(
         &mut self,
         req: &ScheduleRequest,
@@ -475,9 +477,6 @@ impl Scheduler {
     ) -> Option<bool> {
         let slos = self.slos_for(&req.model);
         let leaning = self.leaning.get(&req.model).filter(|_| slos.any())?;
-        self.index.lookup(&req.block_hashes, now, &mut self.hits);
-        let block = self.config.block_size as f64;
-        let prompt = req.prompt_tokens as f64;
         let left = (req.max_tokens.max(1) as f64 * REMAINING_SHARE).max(1.0);
         let mut found = None;
         for state in self.cms.iter() {
@@ -487,16 +486,7 @@ impl Scheduler {
             {
                 continue;
             }
-            let cached_blocks = self
-                .hits
-                .iter()
-                .find(|&&(slot, _)| slot == state.slot)
-                .map_or(0, |&(_, blocks)| blocks);
-            let ask = Ask {
-                cached: (cached_blocks as f64 * block).min(prompt - 1.0).max(0.0),
-                prompt,
-                output: req.max_tokens as f64,
-            };
+            let ask = self.ask_on(state, req);
             let fit = self.fits.of(&state.meta.id);
             let mut m = candidate_metrics(state, self.lrs.in_flight(&state.meta.id), ask, fit, now);
             score(&mut m, slos, req.max_tokens as f64, 0.0);
@@ -511,6 +501,33 @@ impl Scheduler {
             found = Some(false);
         }
         found
+    }
+
+    /// Keeps the prefix index's answer (`hits`) by instance slot, for [`Scheduler::ask_on`].
+    fn index_hits_by_slot(&mut self) {
+        self.hits_by_slot.clear();
+        for &(slot, blocks) in &self.hits {
+            let slot = slot as usize;
+            if self.hits_by_slot.len() <= slot {
+                self.hits_by_slot.resize(slot + 1, 0);
+            }
+            self.hits_by_slot[slot] = blocks;
+        }
+    }
+
+    /// What `req` asks of the instance `state`, by the prefix hits last kept by slot: its
+    /// prompt tokens cached there (never the last one, which is always computed), its prompt
+    /// and its output.
+    fn ask_on(&self, state: &InstanceState, req: &ScheduleRequest) -> Ask {
+        let prompt = req.prompt_tokens as f64;
+        let cached_blocks = self.hits_by_slot.get(state.slot as usize).map_or(0, |&b| b);
+        Ask {
+            cached: (cached_blocks as f64 * self.config.block_size as f64)
+                .min(prompt.max(1.0) - 1.0)
+                .max(0.0),
+            prompt,
+            output: req.max_tokens as f64,
+        }
     }
 
     /// Whether `model` has both prefill and decode instances.
@@ -539,16 +556,8 @@ impl Scheduler {
         let mut candidates: Vec<(&InstanceState, CandidateMetrics)> = Vec::new();
         self.index.lookup(&req.block_hashes, now, &mut self.hits);
         lap(Lap::PrefixQueried);
-        self.hits_by_slot.clear();
-        for &(slot, blocks) in &self.hits {
-            let slot = slot as usize;
-            if self.hits_by_slot.len() <= slot {
-                self.hits_by_slot.resize(slot + 1, 0);
-            }
-            self.hits_by_slot[slot] = blocks;
-        }
+        self.index_hits_by_slot();
         lap(Lap::HitsCalculated);
-        let block = self.config.block_size as f64;
         let prompt = req.prompt_tokens as f64;
         let leaning = self
             .config
@@ -567,18 +576,10 @@ impl Scheduler {
             {
                 continue;
             }
-            let cached_blocks = self.hits_by_slot.get(state.slot as usize).map_or(0, |&b| b);
-            let cached = (cached_blocks as f64 * block)
-                .min(prompt.max(1.0) - 1.0)
-                .max(0.0);
             let metrics = candidate_metrics(
                 state,
                 self.lrs.in_flight(&state.meta.id),
-                Ask {
-                    cached,
-                    prompt,
-                    output: req.max_tokens as f64,
-                },
+                self.ask_on(state, req),
                 self.fits.of(&state.meta.id),
                 now,
             );
