@@ -244,17 +244,20 @@ impl EngineCore {
         let (id, arrival_order) = self.next_ids();
         self.record(now, &new.request_id, TraceKind::RequestQueueStart);
         self.admitted_ids.push(new.request_id.clone());
-        self.batcher.add(Sequence::new(
-            id,
-            new.request_id,
-            new.prompt,
-            self.config.block_size,
-            new.priority,
-            arrival_order,
-            new.sampling,
-            new.stop,
-            now,
-        ));
+        self.batcher.add(
+            Sequence::new(
+                id,
+                new.request_id,
+                new.prompt,
+                self.config.block_size,
+                new.priority,
+                arrival_order,
+                new.sampling,
+                new.stop,
+                now,
+            ),
+            &self.pool,
+        );
         Ok(id)
     }
 
@@ -444,6 +447,7 @@ impl EngineCore {
                 status.num_waiting += 1;
             }
             status.waiting_prefill_tokens += seq.num_uncomputed() as u64;
+            status.waiting_cached_tokens += seq.cached_when_queued.min(seq.num_uncomputed()) as u64;
             status.waiting_top_priority = Some(
                 status
                     .waiting_top_priority

@@ -228,6 +228,26 @@ fn a_repeated_prompt_hits_the_prefix_cache() {
 }
 
 #[test]
+fn a_waiting_request_reports_the_cached_part_of_its_prompt() {
+    let mut core = EngineCore::new(config(100, 256));
+    let mut b = backend();
+    let prompt: Vec<u32> = (0..37).collect();
+    core.add(seq("a", prompt.clone(), 2), 0.0).unwrap();
+    run(&mut core, &mut b, 100);
+    // The same prompt and one that shares nothing wait together.
+    core.add(seq("b", prompt, 2), 1.0).unwrap();
+    core.add(seq("c", (100..137).collect(), 2), 1.0).unwrap();
+    let status = core.status(1.0, Vec::new());
+    assert_eq!(status.num_waiting, 2);
+    assert_eq!(status.waiting_prefill_tokens, 74);
+    assert_eq!(
+        status.waiting_cached_tokens, 36,
+        "the 9 full blocks of the repeated prompt (the last token is always computed)"
+    );
+    assert_eq!(status.prefill_tokens_to_compute(), 38);
+}
+
+#[test]
 fn queue_limit_refuses_without_changing_state() {
     let mut cfg = config(100, 64);
     cfg.max_waiting_requests = 2;

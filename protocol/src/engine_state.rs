@@ -73,6 +73,10 @@ pub struct EngineStatus {
     pub decoding_last_priority: Option<i64>,
     /// Prompt tokens not yet computed of waiting requests.
     pub waiting_prefill_tokens: u64,
+    /// Of those, the tokens found in the engine's prefix cache when each request began waiting:
+    /// what their admission will most likely not compute (0 from engines that do not say).
+    #[serde(default)]
+    pub waiting_cached_tokens: u64,
     /// Prompt tokens not yet computed of running requests.
     pub running_prefill_tokens: u64,
     /// Prompt tokens of running requests that hold no KV block yet (an engine that allocates
@@ -114,6 +118,14 @@ pub struct EngineStatus {
 }
 
 impl EngineStatus {
+    /// Prompt tokens the engine still has to compute: those of the running prefills and those
+    /// of the waiting requests that their cached prefixes will not cover.
+    pub fn prefill_tokens_to_compute(&self) -> u64 {
+        self.waiting_prefill_tokens
+            .saturating_sub(self.waiting_cached_tokens)
+            + self.running_prefill_tokens
+    }
+
     /// Folds a later snapshot into this one: counts from `later`, lists concatenated.
     pub fn merge(&mut self, later: EngineStatus) {
         let mut admitted = std::mem::take(&mut self.admitted);

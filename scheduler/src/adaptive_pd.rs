@@ -122,7 +122,7 @@ impl Leaning {
         }
         // An instance leans back to decode only once it has no prompt left to compute, so that
         // the decodes it takes on never share steps with a long prompt.
-        let queued = |st: &EngineStatus| st.waiting_prefill_tokens + st.running_prefill_tokens;
+        let queued = |st: &EngineStatus| st.prefill_tokens_to_compute();
         while self.prefill.len() > target {
             let drained = self
                 .prefill

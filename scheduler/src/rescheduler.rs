@@ -147,10 +147,7 @@ impl Load {
             // An engine that does not say its token budget has no backlog to measure.
             backlog_steps: match status.max_num_batched_tokens {
                 0 => 0.0,
-                budget => {
-                    (status.waiting_prefill_tokens + status.running_prefill_tokens) as f64
-                        / budget as f64
-                }
+                budget => status.prefill_tokens_to_compute() as f64 / budget as f64,
             },
             decoding: status.num_decoding,
             inverted: {

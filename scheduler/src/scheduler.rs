@@ -848,7 +848,10 @@ fn candidate_metrics(
         .as_ref()
         .expect("schedulable instances have a status");
     let total = (s.total_kv_tokens as f64).max(1.0);
-    let all_prefill =
+    // Prompt tokens left to compute; the context the queued requests will decode beside
+    // counts their cached prefixes too.
+    let all_prefill = (s.prefill_tokens_to_compute() + inflight.uncached_tokens) as f64;
+    let queued_context =
         (s.waiting_prefill_tokens + s.running_prefill_tokens + inflight.uncached_tokens) as f64;
     let decode_batch = (s.num_decoding + inflight.requests) as f64;
     let queued = (s.num_waiting + s.num_swapped + inflight.requests) as f64;
@@ -904,7 +907,7 @@ fn candidate_metrics(
         fit,
         &QueueShape {
             decode_batch: requests,
-            decode_context: s.decode_tokens as f64 + all_prefill,
+            decode_context: s.decode_tokens as f64 + queued_context,
             ..shape
         },
     );

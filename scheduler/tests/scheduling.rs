@@ -315,6 +315,30 @@ fn predictive_keeps_a_prompt_with_its_prefix(events: Events) {
     assert!(placed.metrics.predicted_ttft > 0.0 && placed.metrics.added_latency > 0.0);
 }
 
+#[test]
+fn waiting_prompts_the_engine_has_cached_do_not_count_as_prefill_ahead() {
+    // Both instances have 40k prompt tokens waiting; i1 says 36k of them are cached there.
+    let mut s = cluster(Policy::Predictive, 2);
+    let waiting = |cached: u64| EngineStatus {
+        num_waiting: 10,
+        waiting_prefill_tokens: 40_000,
+        waiting_cached_tokens: cached,
+        ..idle()
+    };
+    s.on_status("i0", waiting(0), 1.0);
+    s.on_status("i1", waiting(36_000), 1.0);
+    let prompt: Vec<u32> = (0..1000).collect();
+    let placed = s.schedule(&request("r", &prompt), 1.0).unwrap();
+    assert_eq!(placed.decision.instance_id, "i1");
+    let up = placed.decision.runner_up.clone().expect("two candidates");
+    let ttft = placed.decision.predicted_ttft_ms.unwrap();
+    assert!(
+        ttft * 5.0 < up.predicted_ttft_ms,
+        "4k tokens to compute ahead against 40k: {ttft} ms against {} ms",
+        up.predicted_ttft_ms
+    );
+}
+
 /// Two instances for one request of 8,000 tokens: `i0` holds its first 4,000 (told by
 /// `events`) and is busy decoding `decoders` requests with `context` tokens between them; `i1`
 /// holds nothing and has `queued` prefill tokens waiting.

@@ -62,8 +62,9 @@ impl Batcher {
         self.limits
     }
 
-    /// Queues a new sequence.
-    pub fn add(&mut self, seq: Sequence) {
+    /// Queues a new sequence, noting how much of its prompt `pool` holds already.
+    pub fn add(&mut self, mut seq: Sequence, pool: &BlockPool) {
+        seq.cached_when_queued = cached_prefix_tokens(&seq, pool);
         self.waiting
             .insert((seq.priority, seq.arrival_order), seq.id);
         self.seqs.insert(seq.id, seq);
@@ -244,6 +245,7 @@ impl Batcher {
         seq.num_registered = 0;
         seq.status = SeqStatus::Preempted;
         seq.num_preemptions += 1;
+        seq.cached_when_queued = cached_prefix_tokens(seq, pool);
         self.waiting.insert((seq.priority, seq.arrival_order), id);
     }
 
@@ -254,9 +256,7 @@ impl Batcher {
                 break;
             };
             let seq = &self.seqs[&id];
-            // At least the last token is computed, so that the step yields logits.
-            let cacheable = (seq.tokens.len() - 1) / block_size;
-            let hashes = &seq.block_hashes[..cacheable.min(seq.block_hashes.len())];
+            let hashes = cacheable_hashes(seq, block_size);
             let hits = pool.lookup(hashes);
             let host = pool.lookup_host(&hashes[hits.len()..]);
             let cached = (hits.len() + host.len()) * block_size;
@@ -290,6 +290,21 @@ impl Batcher {
             *budget -= n;
         }
     }
+}
+
+/// The hashes of the blocks of `seq` that a prefix-cache hit may cover: every full block but
+/// the one holding the last token, which is computed so that the step yields logits.
+fn cacheable_hashes(seq: &Sequence, block_size: usize) -> &[u64] {
+    let cacheable = seq.tokens.len().saturating_sub(1) / block_size;
+    &seq.block_hashes[..cacheable.min(seq.block_hashes.len())]
+}
+
+/// Leading tokens of `seq` whose KV `pool` holds, on the device or in its host tier.
+fn cached_prefix_tokens(seq: &Sequence, pool: &BlockPool) -> usize {
+    let hashes = cacheable_hashes(seq, pool.block_size());
+    let device = pool.lookup(hashes).len();
+    let host = pool.lookup_host(&hashes[device..]).len();
+    (device + host) * pool.block_size()
 }
 
 /// Blocks needed to hold `tokens` tokens.
