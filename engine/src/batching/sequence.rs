@@ -53,11 +53,11 @@ pub struct Sequence {
     pub status: SeqStatus,
     /// Prompt tokens found in the prefix cache at first admission.
     pub cached_prompt_tokens: usize,
+    /// Of those, tokens loaded from the host tier.
+    pub host_prompt_tokens: usize,
     /// While waiting: leading tokens found in the prefix cache (either tier) when it began to
     /// wait, at arrival or preemption; what its admission will most likely not compute.
     pub cached_when_queued: usize,
-    /// Of those, tokens loaded from the host tier.
-    pub host_prompt_tokens: usize,
     /// Times preempted.
     pub num_preemptions: u32,
     /// When it arrived, was first scheduled, produced its first and latest token.
@@ -119,8 +119,8 @@ impl Sequence {
             fingerprint,
             status: SeqStatus::Waiting,
             cached_prompt_tokens: 0,
-            cached_when_queued: 0,
             host_prompt_tokens: 0,
+            cached_when_queued: 0,
             num_preemptions: 0,
             times: SeqTimes {
                 arrival,
