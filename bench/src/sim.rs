@@ -3,7 +3,7 @@
 
 use crate::cluster::{Cluster, ClusterConfig, Rescheduling};
 use crate::report::{markdown, progress_bar, write_results, RunResult};
-use crate::stats::{summarize, Slo};
+use crate::stats::{quantile, summarize, Slo};
 use crate::suite_args::SuiteArgs;
 use crate::text::Words;
 use crate::workload_args::WorkloadArgs;
@@ -238,14 +238,23 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
                 100.0 * run.unlimited_prefix_cache_hit_rate,
                 100.0 * run.prefix_cache_hit_rate / run.unlimited_prefix_cache_hit_rate.max(1e-9)
             );
-            let mean_abs = |pick: fn(&PredictionErrors) -> Option<f64>| {
-                let errors: Vec<f64> = run.prediction_errors.iter().filter_map(pick).collect();
-                100.0 * errors.iter().map(|e| e.abs()).sum::<f64>() / errors.len().max(1) as f64
+            // The mean absolute error says how far off the predictions are; the median signed
+            // one whether they are biased (over-predicting is positive).
+            let errors = |pick: fn(&PredictionErrors) -> Option<f64>| {
+                let mut errors: Vec<f64> = run.prediction_errors.iter().filter_map(pick).collect();
+                errors.sort_by(f64::total_cmp);
+                let mean_abs =
+                    errors.iter().map(|e| e.abs()).sum::<f64>() / errors.len().max(1) as f64;
+                format!(
+                    "{:.0}% (median signed {:+.0}%)",
+                    100.0 * mean_abs,
+                    100.0 * quantile(&errors, 0.5)
+                )
             };
             eprintln!(
-                "mean absolute prediction error of the chosen instance: TTFT {:.0}%, TPOT {:.0}%",
-                mean_abs(|e| e.ttft),
-                mean_abs(|e| e.tpot)
+                "mean absolute prediction error of the chosen instance: TTFT {}, TPOT {}",
+                errors(|e| e.ttft),
+                errors(|e| e.tpot)
             );
             let m = &run.migration;
             let moves = !m.moved.is_empty() || !m.abandoned.is_empty();
