@@ -66,7 +66,8 @@ pub struct SimArgs {
     /// handed to the others, which run every other prompt whole.
     #[arg(long)]
     pub pd: Option<PdMode>,
-    /// With `--pd adaptive`: prompts of at least this many tokens are disaggregated.
+    /// With `--pd adaptive`: prompts with at least this many tokens to compute beyond the
+    /// prefix a decode-leaning instance holds are disaggregated.
     #[arg(long, default_value_t = AdaptivePd::default().long_prompt)]
     pub pd_long_prompt: u32,
     /// What to replay.

@@ -4,7 +4,9 @@
 //! prompt runs whole on the decode-leaning instances (as does a long prompt that no
 //! prefill-leaning instance would serve inside its SLOs, where a decode-leaning one would
 //! without pushing its decodes past theirs; the scheduler decides that). A prompt is long by the
-//! tokens left to compute where most of it is cached. How many instances lean prefill follows
+//! tokens left to compute on the decode-leaning instance that holds the most of it, where it
+//! would otherwise run (a prefix cached only on the prefill side is computed there, and the
+//! rest handed over). How many instances lean prefill follows
 //! the long prompts' prefill work: the instance-seconds of prefill they bring each second (a
 //! moving rate), rounded, with hysteresis before any instance leans back. With no long prompts,
 //! or too few to keep a quarter of an instance busy, no instance leans prefill and the model is

@@ -196,7 +196,8 @@ pub struct PdFlags {
     /// decode. Unset, neutral instances serve colocated.
     #[arg(long, env = "SWITCHYARD_PD", value_parser = ["adaptive"])]
     pub pd: Option<String>,
-    /// Prompts of at least this many tokens are disaggregated under --pd adaptive.
+    /// Prompts with at least this many tokens to compute beyond the prefix a decode-leaning
+    /// instance holds are disaggregated under --pd adaptive.
     #[arg(long, env = "SWITCHYARD_PD_LONG_PROMPT", default_value_t = AdaptivePd::default().long_prompt)]
     pub pd_long_prompt: u32,
 }

@@ -422,9 +422,11 @@ impl Scheduler {
     }
 
     /// With adaptive PD: counts `req` if its prompt is long (at least `long_prompt` tokens left
-    /// to compute where the most of it is cached: cached tokens stall no decode), brings its
-    /// model's leaning instances up to date at `now`, and says whether some lean prefill (then
-    /// the request is placed by the leanings) and whether it is long.
+    /// to compute on the decode-leaning instance that holds the most of it, where a prompt that
+    /// is not long runs whole: cached tokens stall no decode), brings its model's leaning
+    /// instances up to date at `now`, and says whether some lean prefill (then the request is
+    /// placed by the leanings) and whether it is long. A long prompt's prefill work is counted
+    /// where the most of it is cached, on either side: the prefill side computes it there.
     fn lean(&mut self, req: &ScheduleRequest, now: f64) -> (bool, bool) {
         let Some(adaptive) = self.config.adaptive_pd else {
             return (false, false);
@@ -433,16 +435,21 @@ impl Scheduler {
         if req.prompt_tokens >= adaptive.long_prompt {
             self.index.lookup(&req.block_hashes, now, &mut self.hits);
             self.index_hits_by_slot();
-            let cached_blocks = self
-                .hits
+            let prompt = u64::from(req.prompt_tokens);
+            let cached_of =
+                |blocks: u32| (u64::from(blocks) * self.config.block_size as u64).min(prompt);
+            let cached = cached_of(self.hits.iter().map(|&(_, b)| b).max().unwrap_or(0));
+            let leaning = self.leaning.get(&req.model);
+            let on_decode_side = self
+                .cms
                 .iter()
-                .map(|&(_, blocks)| blocks)
+                .filter(|s| s.meta.model == req.model)
+                .filter(|s| leaning.is_none_or(|l| l.role_of(&s.meta) == InferStage::Decode))
+                .map(|s| self.hits_by_slot.get(s.slot as usize).map_or(0, |&b| b))
                 .max()
                 .unwrap_or(0);
-            let cached = (u64::from(cached_blocks) * self.config.block_size as u64)
-                .min(u64::from(req.prompt_tokens));
-            let uncached = u64::from(req.prompt_tokens) - cached;
-            long = uncached >= u64::from(adaptive.long_prompt);
+            long = prompt - cached_of(on_decode_side) >= u64::from(adaptive.long_prompt);
+            let uncached = prompt - cached;
             // What the prompt's prefill takes on an instance of the model, by its fit.
             let fit = self
                 .cms

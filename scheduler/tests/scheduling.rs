@@ -859,6 +859,49 @@ fn adaptive_pd_hands_long_prompts_from_prefill_leaning_instances_and_runs_short_
 }
 
 #[test]
+fn adaptive_pd_hands_over_a_prompt_cached_only_on_the_prefill_side_rather_than_computing_it_on_the_decode_side(
+) {
+    use switchyard_scheduler::adaptive_pd::AdaptivePd;
+    let mut s = cluster_with(
+        SchedulerConfig {
+            adaptive_pd: Some(AdaptivePd {
+                long_prompt: 16_384,
+                window: 20.0,
+            }),
+            ..Default::default()
+        },
+        4,
+    );
+    let long = |id: &str| ScheduleRequest {
+        request_id: id.into(),
+        model: "m".into(),
+        prompt_tokens: 24_000,
+        max_tokens: 100,
+        ..Default::default()
+    };
+    let mut prefill = std::collections::BTreeSet::new();
+    for i in 0..40 {
+        let placed = s.schedule(&long(&format!("l{i}")), i as f64 * 0.1).unwrap();
+        if placed.decision.decode.is_some() {
+            prefill.insert(placed.decision.instance_id.clone());
+        }
+        s.release(&format!("l{i}"));
+    }
+    assert!((1..4).contains(&prefill.len()), "{prefill:?}");
+    // A conversation whose 20,000-token history only a prefill-leaning instance holds (its
+    // last hand-off found no room) sends its next turn: 200 tokens left to compute there,
+    // all 20,200 on any decode-leaning instance.
+    let holder = prefill.iter().next().unwrap().clone();
+    let history: Vec<u32> = (0..20_000).collect();
+    store_prompt(&mut s, &holder, &history, Events::Switchyard);
+    let turn: Vec<u32> = (0..20_200).collect();
+    let placed = s.schedule(&request("turn", &turn), 4.0).unwrap().decision;
+    assert_eq!(placed.instance_id, holder, "{placed:?}");
+    let decode = placed.decode.expect("handed to a decode-leaning instance");
+    assert!(!prefill.contains(&decode.instance_id), "{decode:?}");
+}
+
+#[test]
 fn adaptive_pd_computes_a_long_prompt_whole_where_the_prefill_side_would_miss_its_slos_and_no_decode_suffers(
 ) {
     use switchyard_scheduler::adaptive_pd::AdaptivePd;
