@@ -858,9 +858,24 @@ fn adaptive_pd_hands_long_prompts_from_prefill_leaning_instances_and_runs_short_
     }
 }
 
-#[test]
-fn adaptive_pd_hands_over_a_prompt_cached_only_on_the_prefill_side_rather_than_computing_it_on_the_decode_side(
-) {
+/// A 24,000-token prompt that shares nothing, generating `max_tokens`.
+fn long_prompt(id: &str, max_tokens: u32) -> ScheduleRequest {
+    ScheduleRequest {
+        request_id: id.into(),
+        model: "m".into(),
+        prompt_tokens: 24_000,
+        max_tokens,
+        ..Default::default()
+    }
+}
+
+/// Four instances under adaptive PD (`config`, prompts of 16,384 tokens disaggregated) after a
+/// stream of long prompts (generating `max_tokens`) made some, never all, lean prefill; with
+/// the instances that do.
+fn leaning_cluster(
+    config: SchedulerConfig,
+    max_tokens: u32,
+) -> (Scheduler, std::collections::BTreeSet<String>) {
     use switchyard_scheduler::adaptive_pd::AdaptivePd;
     let mut s = cluster_with(
         SchedulerConfig {
@@ -868,26 +883,29 @@ fn adaptive_pd_hands_over_a_prompt_cached_only_on_the_prefill_side_rather_than_c
                 long_prompt: 16_384,
                 window: 20.0,
             }),
-            ..Default::default()
+            ..config
         },
         4,
     );
-    let long = |id: &str| ScheduleRequest {
-        request_id: id.into(),
-        model: "m".into(),
-        prompt_tokens: 24_000,
-        max_tokens: 100,
-        ..Default::default()
-    };
     let mut prefill = std::collections::BTreeSet::new();
     for i in 0..40 {
-        let placed = s.schedule(&long(&format!("l{i}")), i as f64 * 0.1).unwrap();
+        let id = format!("l{i}");
+        let placed = s
+            .schedule(&long_prompt(&id, max_tokens), i as f64 * 0.1)
+            .unwrap();
         if placed.decision.decode.is_some() {
             prefill.insert(placed.decision.instance_id.clone());
         }
-        s.release(&format!("l{i}"));
+        s.release(&id);
     }
     assert!((1..4).contains(&prefill.len()), "{prefill:?}");
+    (s, prefill)
+}
+
+#[test]
+fn adaptive_pd_hands_over_a_prompt_cached_only_on_the_prefill_side_rather_than_computing_it_on_the_decode_side(
+) {
+    let (mut s, prefill) = leaning_cluster(SchedulerConfig::default(), 100);
     // A conversation whose 20,000-token history only a prefill-leaning instance holds (its
     // last hand-off found no room) sends its next turn: 200 tokens left to compute there,
     // all 20,200 on any decode-leaning instance.
@@ -904,38 +922,12 @@ fn adaptive_pd_hands_over_a_prompt_cached_only_on_the_prefill_side_rather_than_c
 #[test]
 fn adaptive_pd_computes_a_long_prompt_whole_where_the_prefill_side_would_miss_its_slos_and_no_decode_suffers(
 ) {
-    use switchyard_scheduler::adaptive_pd::AdaptivePd;
     let slos = Slos {
         ttft: Some(5.0),
         tpot: Some(0.05),
     };
-    let mut s = cluster_with(
-        SchedulerConfig {
-            adaptive_pd: Some(AdaptivePd {
-                long_prompt: 16_384,
-                window: 20.0,
-            }),
-            ..predictive(slos)
-        },
-        4,
-    );
-    let long = |id: &str| ScheduleRequest {
-        request_id: id.into(),
-        model: "m".into(),
-        prompt_tokens: 24_000,
-        max_tokens: 200,
-        ..Default::default()
-    };
-    // A stream of long prompts makes some instances lean prefill.
-    let mut prefill = std::collections::BTreeSet::new();
-    for i in 0..40 {
-        let placed = s.schedule(&long(&format!("l{i}")), i as f64 * 0.1).unwrap();
-        if placed.decision.decode.is_some() {
-            prefill.insert(placed.decision.instance_id.clone());
-        }
-        s.release(&format!("l{i}"));
-    }
-    assert!((1..4).contains(&prefill.len()), "{prefill:?}");
+    let (mut s, prefill) = leaning_cluster(predictive(slos), 200);
+    let long = |id: &str| long_prompt(id, 200);
     let decoding: Vec<String> = (0..4)
         .map(|i| format!("i{i}"))
         .filter(|id| !prefill.contains(id))
