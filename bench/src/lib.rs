@@ -6,12 +6,13 @@
 //! each at its time whatever happens to the others (open loop), streams the answer and records
 //! TTFT, inter-token gaps, end-to-end time, output tokens and errors; [`stats`] summarizes them
 //! with percentiles, throughput and goodput under SLOs, and [`report`] writes JSON, a markdown
-//! table and SVG plots. [`live`] is `switchyard bench`; [`workload_args`] holds the flags it
+//! table and SVG plots ([`per_request`]: a line for every request). [`live`] is `switchyard bench`; [`workload_args`] holds the flags it
 //! shares with the simulator; [`suite`] runs every placement policy on every workload of the
 //! policy suite.
 
 pub mod cluster;
 pub mod live;
+pub mod per_request;
 pub mod report;
 pub mod runner;
 pub mod sim;

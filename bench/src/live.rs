@@ -36,7 +36,7 @@ pub struct BenchArgs {
     /// Seconds before a request counts as a timeout.
     #[arg(long, default_value = "600")]
     pub request_timeout: Seconds,
-    /// Write result.json, result.md and SVG plots here.
+    /// Write result.json, requests.jsonl (a line for every request), result.md and SVG plots here.
     #[arg(long)]
     pub out: Option<PathBuf>,
 }

@@ -321,7 +321,8 @@ pub fn plots(dir: &Path, results: &[RunResult], slo: Slo) -> anyhow::Result<()> 
 }
 
 /// Prints the sweep's table and, with `out`, writes result.json (`header` plus every run's
-/// summary), result.md and the plots there.
+/// summary), requests.jsonl (every request of every run, see [`crate::per_request`]),
+/// result.md and the plots there.
 pub fn write_results(
     out: Option<&Path>,
     label: &str,
@@ -346,6 +347,7 @@ pub fn write_results(
         ttft_ms: header["slo"]["ttft_ms"].as_f64(),
         tpot_ms: header["slo"]["tpot_ms"].as_f64(),
     };
+    crate::per_request::write(&dir.join("requests.jsonl"), results, slo)?;
     plots(dir, results, slo)?;
     eprintln!("results written to {}", dir.display());
     Ok(())

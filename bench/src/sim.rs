@@ -76,8 +76,8 @@ pub struct SimArgs {
     /// Run the placement policy suite instead of one workload.
     #[command(flatten)]
     pub suite: SuiteArgs,
-    /// Write result.json, result.md and SVG plots here (with --suite: suite.md, suite.json and
-    /// a folder of plots for each workload).
+    /// Write result.json, requests.jsonl (a line for every request), result.md and SVG plots
+    /// here (with --suite: suite.md, suite.json and a folder of plots for each workload).
     #[arg(long)]
     pub out: Option<PathBuf>,
 }

@@ -1,5 +1,6 @@
 //! `switchyard bench` against a running `switchyard serve` (simulated engines): every request of
-//! a small generated workload completes, and the results, table and plots are written.
+//! a small generated workload completes, and the results, the line of every request, the table
+//! and the plots are written.
 
 use switchyard_tests::{binary, Process};
 
@@ -54,6 +55,20 @@ async fn bench_drives_serve_and_writes_its_results() {
         // Later turns extend earlier ones, so the engines reuse cached prefixes.
         assert!(r["prefix_cache_hit_rate"].as_f64().unwrap() > 0.0, "{r}");
     }
+    // A line for every request of both runs, in arrival order within each.
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(out.join("requests.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 24);
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line["request"], i % 12, "{line}");
+        assert_eq!(line["output_tokens"], 6, "{line}");
+        assert!(line["ttft_s"].as_f64().unwrap() > 0.0, "{line}");
+        assert_eq!(line["error"], serde_json::Value::Null, "{line}");
+    }
+    assert_eq!(lines[12]["rate"], 40.0);
     for plot in [
         "ttft_cdf.svg",
         "e2e_cdf.svg",
