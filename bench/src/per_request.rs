@@ -1,7 +1,7 @@
 //! What each request of a run got, one JSON object a line (`requests.jsonl` beside
 //! `result.json`), as vLLM's benchmark saves with `--save-detailed`: the percentiles say how
 //! bad a tail is, these lines say which requests are in it (their prompt and answer lengths,
-//! and which of their gaps was the longest).
+//! their longest gap, and the instance that took them).
 
 use crate::report::RunResult;
 use crate::stats::{Outcome, Slo};
@@ -34,6 +34,8 @@ pub struct RequestRecord<'a> {
     pub slo_met: bool,
     /// Why it failed, if it did.
     pub error: Option<&'a str>,
+    /// The instance that took it, if known.
+    pub instance: Option<&'a str>,
 }
 
 impl<'a> RequestRecord<'a> {
@@ -51,6 +53,7 @@ impl<'a> RequestRecord<'a> {
             max_itl_s: o.itls.iter().copied().reduce(f64::max),
             slo_met: slo.met(o),
             error: o.error.as_deref(),
+            instance: o.instance.as_deref(),
         }
     }
 }
@@ -85,6 +88,7 @@ mod tests {
                 prompt_tokens: 900,
                 output_tokens: 4,
                 error: None,
+                instance: Some("http://10.0.0.7:8000".into()),
             },
             Outcome {
                 ttft: Some(0.05),
@@ -92,7 +96,7 @@ mod tests {
                 e2e: 0.05,
                 prompt_tokens: 10,
                 output_tokens: 1,
-                error: None,
+                ..Outcome::default()
             },
             Outcome {
                 error: Some("http_429".into()),
@@ -129,6 +133,7 @@ mod tests {
         // (0.22 - 0.1) / 3 = 40 ms a token, over the 30 ms objective.
         assert!((first["tpot_s"].as_f64().unwrap() - 0.04).abs() < 1e-9);
         assert_eq!(first["slo_met"], false);
+        assert_eq!(first["instance"], "http://10.0.0.7:8000");
         // One token: no TPOT, no gap, and inside the TTFT objective.
         assert_eq!(lines[1]["tpot_s"], serde_json::Value::Null);
         assert_eq!(lines[1]["max_itl_s"], serde_json::Value::Null);

@@ -88,6 +88,11 @@ pub async fn send(
         Ok(Err(_)) => return fail(outcome, "network".into()),
         Ok(Ok(answer)) => answer,
     };
+    outcome.instance = answer
+        .headers()
+        .get("x-switchyard-instance")
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
     if !answer.status().is_success() {
         return fail(outcome, format!("http_{}", answer.status().as_u16()));
     }

@@ -18,6 +18,9 @@ pub struct Outcome {
     pub output_tokens: u32,
     /// Why it failed (`http_429`, `http_503`, `connect`, `timeout`, `stream`, ...), if it did.
     pub error: Option<String>,
+    /// The instance that took it, if known: where a switchyard gateway sent it (its
+    /// `x-switchyard-instance` header), or where `sim` placed it.
+    pub instance: Option<String>,
 }
 
 impl Outcome {
@@ -180,7 +183,7 @@ mod tests {
             e2e,
             prompt_tokens: 10,
             output_tokens: tokens,
-            error: None,
+            ..Default::default()
         }
     }
 

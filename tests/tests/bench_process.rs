@@ -67,6 +67,9 @@ async fn bench_drives_serve_and_writes_its_results() {
         assert_eq!(line["output_tokens"], 6, "{line}");
         assert!(line["ttft_s"].as_f64().unwrap() > 0.0, "{line}");
         assert_eq!(line["error"], serde_json::Value::Null, "{line}");
+        // The gateway names the engine that took it.
+        let instance = line["instance"].as_str().unwrap();
+        assert!(engines.split(',').any(|e| e == instance), "{line}");
     }
     assert_eq!(lines[12]["rate"], 40.0);
     for plot in [

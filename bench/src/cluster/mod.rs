@@ -404,13 +404,15 @@ impl Cluster {
             match event.happening {
                 Happening::Arrival(i) => {
                     let prompt = prompt_tokens(&requests[i].prompt, words, tokenizer);
-                    let placed = self.arrive(i, prompt, requests[i].max_tokens, now, &mut tally);
-                    if let Err(error) = placed {
-                        let track = &mut tracks[i];
-                        track.outcome.error = Some(error);
-                        progress.inc(1);
-                        if miss(track) {
-                            return None;
+                    match self.arrive(i, prompt, requests[i].max_tokens, now, &mut tally) {
+                        Ok(instance) => tracks[i].outcome.instance = Some(instance),
+                        Err(error) => {
+                            let track = &mut tracks[i];
+                            track.outcome.error = Some(error);
+                            progress.inc(1);
+                            if miss(track) {
+                                return None;
+                            }
                         }
                     }
                 }
@@ -448,7 +450,8 @@ impl Cluster {
     }
 
     /// Request `i` (its `prompt`, generating `max_tokens`) arrives at `now`: placed by the
-    /// scheduler and added to the chosen engine, or the error its client would see.
+    /// scheduler and added to the chosen engine (whose id it returns), or the error its client
+    /// would see.
     fn arrive(
         &mut self,
         i: usize,
@@ -456,7 +459,7 @@ impl Cluster {
         max_tokens: u32,
         now: f64,
         tally: &mut Tally,
-    ) -> Result<(), String> {
+    ) -> Result<String, String> {
         if prompt.is_empty() || prompt.len() + max_tokens as usize > self.max_model_len {
             return Err("prompt_too_long".into());
         }
@@ -512,7 +515,7 @@ impl Cluster {
                 }
                 self.publish(n, now, Vec::new());
                 self.start_step(n, now);
-                Ok(())
+                Ok(self.nodes[n].id.clone())
             }
             Err(AddError::QueueFull) => {
                 self.scheduler.release(&i.to_string());
@@ -873,6 +876,12 @@ mod tests {
             assert_eq!(o.itls.len(), 15);
             assert!(o.ttft.unwrap() > 0.0 && o.e2e >= o.ttft.unwrap());
             assert_eq!(o.prompt_tokens, 2080);
+            // Each outcome names the instance the scheduler placed it on.
+            let instance = o.instance.as_deref().unwrap();
+            assert!(
+                ["sim-0", "sim-1", "sim-2", "sim-3"].contains(&instance),
+                "{instance}"
+            );
         }
         assert!(run.steps > 0 && run.duration > 0.0);
         let again = simulate(4, Policy::CacheAware, &requests);
