@@ -18,6 +18,8 @@ pub struct RequestRecord<'a> {
     pub rate: f64,
     /// The request's place in the workload (arrival order), from 0.
     pub request: usize,
+    /// Seconds from the run's start to its send.
+    pub sent_s: f64,
     /// Prompt tokens, as the server counted them (0 if it did not say).
     pub prompt_tokens: u32,
     /// Generated tokens.
@@ -45,6 +47,7 @@ impl<'a> RequestRecord<'a> {
             label: &run.label,
             rate: run.rate,
             request,
+            sent_s: o.sent,
             prompt_tokens: o.prompt_tokens,
             output_tokens: o.output_tokens,
             ttft_s: o.ttft,
@@ -85,6 +88,7 @@ mod tests {
                 ttft: Some(0.1),
                 itls: vec![0.02, 0.09, 0.01],
                 e2e: 0.22,
+                sent: 2.5,
                 prompt_tokens: 900,
                 output_tokens: 4,
                 error: None,
@@ -128,6 +132,7 @@ mod tests {
         assert_eq!(first["label"], "predictive");
         assert_eq!(first["rate"], 4.0);
         assert_eq!(first["request"], 0);
+        assert_eq!(first["sent_s"], 2.5);
         assert_eq!(first["prompt_tokens"], 900);
         assert_eq!(first["max_itl_s"], 0.09);
         // (0.22 - 0.1) / 3 = 40 ms a token, over the 30 ms objective.

@@ -172,16 +172,18 @@ pub async fn run(
             request.clone(),
             progress.clone(),
         );
+        let sent = start.elapsed().as_secs_f64();
         tasks.push(tokio::spawn(async move {
             let outcome = send(&client, &target, &words, &request).await;
             progress.inc(1);
-            outcome
+            Outcome { sent, ..outcome }
         }));
     }
     let mut outcomes = Vec::with_capacity(tasks.len());
-    for task in tasks {
+    for (task, request) in tasks.into_iter().zip(requests) {
         outcomes.push(task.await.unwrap_or_else(|_| Outcome {
             error: Some("panic".into()),
+            sent: request.at,
             ..Default::default()
         }));
     }

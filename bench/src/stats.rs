@@ -18,6 +18,8 @@ pub struct Outcome {
     pub output_tokens: u32,
     /// Why it failed (`http_429`, `http_503`, `connect`, `timeout`, `stream`, ...), if it did.
     pub error: Option<String>,
+    /// Seconds from the run's start to its send.
+    pub sent: f64,
     /// The instance that took it, if known: where a switchyard gateway sent it (its
     /// `x-switchyard-instance` header), or where `sim` placed it.
     pub instance: Option<String>,

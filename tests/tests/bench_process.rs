@@ -72,6 +72,14 @@ async fn bench_drives_serve_and_writes_its_results() {
         assert!(engines.split(',').any(|e| e == instance), "{line}");
     }
     assert_eq!(lines[12]["rate"], 40.0);
+    // Sent in arrival order (open loop), from the run's start.
+    for run in lines.chunks(12) {
+        let sent: Vec<f64> = run.iter().map(|l| l["sent_s"].as_f64().unwrap()).collect();
+        assert!(
+            sent[0] >= 0.0 && sent.windows(2).all(|w| w[0] <= w[1]),
+            "{sent:?}"
+        );
+    }
     for plot in [
         "ttft_cdf.svg",
         "e2e_cdf.svg",

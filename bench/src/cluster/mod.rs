@@ -389,6 +389,10 @@ impl Cluster {
             .iter()
             .map(|r| Track {
                 arrival: r.at,
+                outcome: Outcome {
+                    sent: r.at,
+                    ..Default::default()
+                },
                 ..Default::default()
             })
             .collect();
