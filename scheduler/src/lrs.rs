@@ -3,10 +3,12 @@
 //! Between two status snapshots an engine's counts do not include the requests just sent to it;
 //! without this account a burst would land on the instance that looked idle. A dispatch is
 //! counted against its instance until the engine reports it admitted, the gateway releases it,
-//! or it expires.
+//! or it expires. Until it is released, its answer's length also stays known by instance
+//! ([`Lrs::shortest_answer`]): engines do not report how long their requests' answers are.
 
 use rustc_hash::FxHashMap;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// One dispatched request.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +29,9 @@ pub struct Dispatch {
     pub predicted_ttft: f64,
     /// The time per output token predicted for it there, seconds.
     pub predicted_tpot: f64,
+    /// The tokens its answer will have at most (its `max_tokens`; 0 when the client did not
+    /// say).
+    pub answer_tokens: u32,
 }
 
 /// Unreported dispatches of one instance.
@@ -45,6 +50,9 @@ pub struct InFlight {
 pub struct Lrs {
     dispatches: FxHashMap<String, Dispatch>,
     per_instance: FxHashMap<String, InFlight>,
+    /// The answer lengths of the live dispatches of each instance, reported or not (a multiset:
+    /// length to count).
+    answers: FxHashMap<String, BTreeMap<u32, u32>>,
 }
 
 impl Lrs {
@@ -58,6 +66,16 @@ impl Lrs {
         account.requests += 1;
         account.prompt_tokens += dispatch.prompt_tokens as u64;
         account.uncached_tokens += dispatch.uncached_tokens as u64;
+        // An answer of one token has no time per output token, and one of unknown length none
+        // to protect.
+        if dispatch.answer_tokens >= 2 {
+            *self
+                .answers
+                .entry(dispatch.instance.clone())
+                .or_default()
+                .entry(dispatch.answer_tokens)
+                .or_default() += 1;
+        }
         self.dispatches.insert(request_id.to_string(), dispatch);
     }
 
@@ -90,6 +108,17 @@ impl Lrs {
         let d = self.dispatches.remove(request_id)?;
         if !d.reported {
             self.uncount(&d);
+        }
+        if let Some(answers) = self.answers.get_mut(&d.instance) {
+            if let Some(count) = answers.get_mut(&d.answer_tokens) {
+                *count -= 1;
+                if *count == 0 {
+                    answers.remove(&d.answer_tokens);
+                }
+            }
+            if answers.is_empty() {
+                self.answers.remove(&d.instance);
+            }
         }
         Some(d)
     }
@@ -131,6 +160,16 @@ impl Lrs {
     pub fn remove_instance(&mut self, instance: &str) {
         self.dispatches.retain(|_, d| d.instance != instance);
         self.per_instance.remove(instance);
+        self.answers.remove(instance);
+    }
+
+    /// The shortest answer (in tokens, two or more) among the live dispatches of an instance
+    /// that said their length: the request there whose time per output token one more prompt's
+    /// prefill would raise the most.
+    pub fn shortest_answer(&self, instance: &str) -> Option<u32> {
+        self.answers
+            .get(instance)
+            .and_then(|a| a.keys().next().copied())
     }
 
     /// Unreported dispatches of an instance.
@@ -168,6 +207,7 @@ mod tests {
             reported: false,
             predicted_ttft: 0.0,
             predicted_tpot: 0.0,
+            answer_tokens: 100,
         }
     }
 
@@ -201,9 +241,55 @@ mod tests {
         );
         lrs.expire(5.0, 2.0, 600.0);
         assert_eq!(lrs.in_flight("i1").requests, 0, "unreported past the TTL");
+        assert_eq!(
+            lrs.shortest_answer("i1"),
+            Some(100),
+            "b is live: its answer is still known"
+        );
         assert_eq!(lrs.len(), 2, "still known until released");
         assert_eq!(lrs.reclaim_gateway("g1"), 1);
         lrs.expire(700.0, 2.0, 600.0);
         assert!(lrs.is_empty());
+        assert_eq!(lrs.shortest_answer("i1"), None);
+    }
+
+    #[test]
+    fn the_shortest_live_answer_of_an_instance_is_known_until_its_request_is_released() {
+        let mut lrs = Lrs::default();
+        let with_answer = |tokens: u32| Dispatch {
+            answer_tokens: tokens,
+            ..d("i1", 0.0, None)
+        };
+        lrs.dispatch("a", with_answer(300));
+        lrs.dispatch("b", with_answer(4));
+        lrs.dispatch("c", with_answer(4));
+        lrs.dispatch(
+            "d",
+            Dispatch {
+                instance: "i2".into(),
+                ..with_answer(2)
+            },
+        );
+        // Unknown lengths (0) and single tokens are not answers to protect.
+        lrs.dispatch("e", with_answer(0));
+        lrs.dispatch("f", with_answer(1));
+        lrs.reported("i1", "b");
+        assert_eq!(lrs.shortest_answer("i1"), Some(4), "reported, still live");
+        lrs.release("b");
+        assert_eq!(lrs.shortest_answer("i1"), Some(4), "c has the same length");
+        lrs.release("c");
+        assert_eq!(lrs.shortest_answer("i1"), Some(300));
+        // Dispatched again elsewhere: counted once, where it went last.
+        lrs.dispatch(
+            "a",
+            Dispatch {
+                instance: "i2".into(),
+                ..with_answer(300)
+            },
+        );
+        assert_eq!(lrs.shortest_answer("i1"), None);
+        assert_eq!(lrs.shortest_answer("i2"), Some(2));
+        lrs.remove_instance("i2");
+        assert_eq!(lrs.shortest_answer("i2"), None);
     }
 }

@@ -90,6 +90,9 @@ pub struct CandidateMetrics {
     pub predicted_tpot_before: f64,
     /// Seconds each of the instance's requests waits longer if it comes.
     pub delay_each: f64,
+    /// Tokens of the shortest answer among the requests this scheduler placed there that are
+    /// still live (0: none known).
+    pub shortest_answer: f64,
     /// Predicted seconds of this request's own uncached prefill on an idle instance.
     pub prefill_seconds: f64,
     /// Whether the instance's KV cache would overflow with this request (someone would be

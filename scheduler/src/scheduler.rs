@@ -495,7 +495,7 @@ impl Scheduler {
             }
             let ask = self.ask_on(state, req);
             let fit = self.fits.of(&state.meta.id);
-            let mut m = candidate_metrics(state, self.lrs.in_flight(&state.meta.id), ask, fit, now);
+            let mut m = candidate_metrics(state, self.live(&state.meta.id), ask, fit, now);
             score(&mut m, slos, req.max_tokens as f64, 0.0);
             let decodes_keep = !spare_decodes
                 || m.decode_batch == 0.0
@@ -520,6 +520,15 @@ impl Scheduler {
             }
             self.hits_by_slot[slot] = blocks;
         }
+    }
+
+    /// What this scheduler knows of the requests it placed on `instance`: those the engine has
+    /// not reported yet, and the shortest answer among all still live there.
+    fn live(&self, instance: &str) -> (InFlight, Option<u32>) {
+        (
+            self.lrs.in_flight(instance),
+            self.lrs.shortest_answer(instance),
+        )
     }
 
     /// What `req` asks of the instance `state`, by the prefix hits last kept by slot: its
@@ -585,7 +594,7 @@ impl Scheduler {
             }
             let metrics = candidate_metrics(
                 state,
-                self.lrs.in_flight(&state.meta.id),
+                self.live(&state.meta.id),
                 self.ask_on(state, req),
                 self.fits.of(&state.meta.id),
                 now,
@@ -674,6 +683,7 @@ impl Scheduler {
                 reported: false,
                 predicted_ttft: metrics.predicted_ttft,
                 predicted_tpot: metrics.predicted_tpot,
+                answer_tokens: req.max_tokens,
             },
         );
         // Until the engine reports the blocks it stored, later requests with this prefix are
@@ -705,7 +715,7 @@ impl Scheduler {
             metrics: match s.status {
                 Some(_) => candidate_metrics(
                     s,
-                    self.lrs.in_flight(&s.meta.id),
+                    self.live(&s.meta.id),
                     Ask {
                         cached: 0.0,
                         prompt: 0.0,
@@ -845,7 +855,7 @@ fn runner_up(
 /// the predictions for the request there.
 fn candidate_metrics(
     state: &InstanceState,
-    inflight: InFlight,
+    (inflight, shortest_answer): (InFlight, Option<u32>),
     ask: Ask,
     fit: Option<&StepTimeFit>,
     now: f64,
@@ -880,6 +890,7 @@ fn candidate_metrics(
         decode_tokens: s.decode_tokens as f64,
         cached_tokens: ask.cached,
         uncached_tokens: uncached,
+        shortest_answer: shortest_answer.map_or(0.0, f64::from),
         kv_overflow: match usage_alone {
             Some(usage) => usage >= 1.0,
             None => projected_kv + ask.prompt + ask.output > total,

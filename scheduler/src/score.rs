@@ -1,9 +1,10 @@
 //! The predictive policy's score of one candidate: what placing the request there does to the
 //! request and to the requests already there.
 //!
-//! - With SLOs, the first term is the request's own goodput: 1 if its predicted TTFT or TPOT
-//!   there misses them (or its KV would not fit beside what the instance holds, so that someone
-//!   gets preempted), else 0. The request goes where it meets its SLOs when any instance can.
+//! - With SLOs, the first term counts misses: 1 if the request's predicted TTFT or TPOT there
+//!   misses them (or its KV would not fit beside what the instance holds, so that someone gets
+//!   preempted), and 1 more if the prompt's wait alone would put the shortest answer still
+//!   live there over the TPOT objective. The request goes where the fewest miss.
 //! - Then (and alone, without SLOs) the latency the placement adds: the request's own predicted
 //!   end-to-end time; what its prompt's compute and its share of every step add to each request
 //!   there, stretched by the prefill already sharing those steps; and the GPU time its uncached
@@ -15,7 +16,12 @@
 //! already predicted past it (when only newly pushed requests count; Mooncake trace near
 //! saturation: P99 TPOT 81 ms against 43 ms) or keeps work off every busy instance (when all
 //! count; agentic sessions at 110 req/s: goodput 38 req/s against 108). BENCHMARKS.md has the
-//! runs.
+//! runs. The one exception is the shortest answer live there, whose length the scheduler knows
+//! (its `max_tokens`): a wait of `w` seconds adds `w / (n - 1)` to the time per output token of
+//! an answer of `n` tokens, so for a short answer the chunks of one long prompt's prefill
+//! between its tokens are a miss on their own. On the Mooncake trace, whose requests come in
+//! bursts, every TPOT miss of an answer under 20 tokens was a 14k-95k-token prompt placed on the
+//! same instance in the same burst.
 
 use crate::policy::CandidateMetrics;
 
@@ -53,6 +59,22 @@ pub fn score(m: &mut CandidateMetrics, slos: Slos, output_tokens: f64, load: f64
     } else {
         0.0
     };
+    if slos
+        .tpot
+        .is_some_and(|tpot| pushes_shortest_answer(m, tpot))
+    {
+        m.violations += 1.0;
+    }
+}
+
+/// Whether the prompt's wait alone, spread over the gaps of the shortest answer live on the
+/// instance, is more than the TPOT objective `tpot`: a miss whatever else happens there. Adding
+/// the instance's predicted TPOT to the wait instead counts every live answer on an instance
+/// already predicted over the objective (multi-turn's highest rate inside the SLOs fell from
+/// 148.77 to 141.84 req/s), and counting only answers newly pushed over it sends the longest
+/// prompts to those instances (long-context at saturation: P99 TPOT 78.6 ms against 67.7).
+fn pushes_shortest_answer(m: &CandidateMetrics, tpot: f64) -> bool {
+    m.shortest_answer >= 2.0 && m.delay_each / (m.shortest_answer - 1.0) > tpot
 }
 
 /// Whether the request itself would miss its SLOs there: its predicted TTFT or TPOT is over
@@ -61,4 +83,46 @@ fn misses_own(m: &CandidateMetrics, slos: Slos) -> bool {
     m.kv_overflow
         || slos.ttft.is_some_and(|s| m.predicted_ttft > s)
         || slos.tpot.is_some_and(|s| m.predicted_tpot > s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_that_alone_puts_the_shortest_live_answer_over_the_tpot_objective_is_a_miss() {
+        let slos = Slos {
+            ttft: None,
+            tpot: Some(0.05),
+        };
+        let with = |shortest_answer: f64, delay_each: f64| {
+            let mut m = CandidateMetrics {
+                shortest_answer,
+                delay_each,
+                predicted_tpot: 0.02,
+                predicted_tpot_before: 0.02,
+                ..Default::default()
+            };
+            score(&mut m, slos, 100.0, 1.0);
+            m.violations
+        };
+        // 0.3 s over the 4 gaps of a 5-token answer is 75 ms a token; over a 100-token
+        // answer's 99 gaps, 3 ms.
+        assert_eq!(with(5.0, 0.3), 1.0);
+        assert_eq!(with(100.0, 0.3), 0.0);
+        // 0.1 s over 4 gaps is 25 ms: a miss only with the 20 ms the instance already takes,
+        // which is not counted.
+        assert_eq!(with(5.0, 0.1), 0.0);
+        // No live answer known, or one of a single token (no gap).
+        assert_eq!(with(0.0, 5.0), 0.0);
+        assert_eq!(with(1.0, 5.0), 0.0);
+        // Without a TPOT objective nothing is a miss.
+        let mut m = CandidateMetrics {
+            shortest_answer: 5.0,
+            delay_each: 0.3,
+            ..Default::default()
+        };
+        score(&mut m, Slos::default(), 100.0, 1.0);
+        assert_eq!(m.violations, 0.0);
+    }
 }

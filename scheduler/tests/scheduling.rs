@@ -437,6 +437,41 @@ fn with_slos_the_request_goes_where_it_meets_them_when_an_instance_can() {
 }
 
 #[test]
+fn with_a_tpot_slo_a_long_prompt_keeps_off_an_instance_where_a_short_answer_is_still_live() {
+    let slos = Slos {
+        ttft: None,
+        tpot: Some(0.05),
+    };
+    let mut s = cluster_with(predictive(slos), 2);
+    // A four-token answer goes to i0 (on its way there); i1 decodes three requests, so that i0
+    // is otherwise the cheaper place for the long prompt that follows.
+    let short = ScheduleRequest {
+        max_tokens: 4,
+        exclude: vec!["i1".into()],
+        ..request("short", &(0..100).collect::<Vec<u32>>())
+    };
+    assert_eq!(s.schedule(&short, 1.0).unwrap().decision.instance_id, "i0");
+    let decoding = |n: u32| EngineStatus {
+        num_running: n,
+        num_decoding: n,
+        decode_tokens: 1_000 * n as u64,
+        ..idle()
+    };
+    s.on_status("i1", decoding(3), 1.0);
+    // A prompt of 16k tokens takes over a second to compute: spread over the short answer's
+    // three gaps, far over 50 ms a token.
+    let long = |id: &str, first: u32| request(id, &(first..first + 16_384).collect::<Vec<u32>>());
+    let placed = s.schedule(&long("long", 1_000_000), 1.0).unwrap();
+    assert_eq!(placed.decision.instance_id, "i1", "{:?}", placed.metrics);
+    assert_eq!(placed.metrics.violations, 0.0);
+    s.release("long");
+    // Once the short answer is done, i0 is the cheaper place again.
+    s.release("short");
+    let placed = s.schedule(&long("again", 2_000_000), 1.0).unwrap();
+    assert_eq!(placed.decision.instance_id, "i0", "{:?}", placed.metrics);
+}
+
+#[test]
 fn reported_dispatches_stop_counting_and_release_frees_them() {
     let mut s = cluster(Policy::LeastRequests, 2);
     let first = s
