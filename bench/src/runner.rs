@@ -90,7 +90,7 @@ pub async fn send(
     };
     outcome.instance = answer
         .headers()
-        .get("x-switchyard-instance")
+        .get(switchyard_http::X_SWITCHYARD_INSTANCE)
         .and_then(|v| v.to_str().ok())
         .map(String::from);
     if !answer.status().is_success() {

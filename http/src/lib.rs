@@ -21,6 +21,10 @@ pub mod sse;
 pub use answer_panics::answer_panics;
 pub use api_error::error_response;
 
+/// The header in which a switchyard gateway names the instance that took a request (`bench`
+/// reads it).
+pub const X_SWITCHYARD_INSTANCE: &str = "x-switchyard-instance";
+
 use poll_in_place::PollInPlace;
 
 use axum::Router;

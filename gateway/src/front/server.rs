@@ -33,7 +33,8 @@ use switchyard_protocol::secret::Secret;
 /// The request id's header, honoured and returned.
 const X_REQUEST_ID: HeaderName = HeaderName::from_static(request_id::X_REQUEST_ID);
 /// The header naming the instance that answered.
-const X_SWITCHYARD_INSTANCE: HeaderName = HeaderName::from_static("x-switchyard-instance");
+const X_SWITCHYARD_INSTANCE: HeaderName =
+    HeaderName::from_static(switchyard_http::X_SWITCHYARD_INSTANCE);
 
 /// What the routes share.
 pub struct Gateway {
