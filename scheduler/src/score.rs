@@ -20,7 +20,7 @@
 //! (its `max_tokens`): a wait of `w` seconds adds `w / (n - 1)` to the time per output token of
 //! an answer of `n` tokens, so for a short answer the chunks of one long prompt's prefill
 //! between its tokens are a miss on their own. On the Mooncake trace, whose requests come in
-//! bursts, every TPOT miss of an answer under 20 tokens was a 11k-95k-token prompt placed on the
+//! bursts, every TPOT miss of an answer under 20 tokens was an 11k-95k-token prompt placed on the
 //! same instance in the same burst.
 
 use crate::policy::CandidateMetrics;
