@@ -4,7 +4,7 @@
 //! without this account a burst would land on the instance that looked idle. A dispatch is
 //! counted against its instance until the engine reports it admitted, the gateway releases it,
 //! or it expires. Until it is released, its answer's length also stays known by instance
-//! ([`Lrs::shortest_answer`]): engines do not report how long their requests' answers are.
+//! ([`Live::shortest_answer`]): engines do not report how long their requests' answers are.
 
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -45,14 +45,38 @@ pub struct InFlight {
     pub uncached_tokens: u64,
 }
 
+/// What this scheduler knows of the requests it placed on one instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Live {
+    /// Those the engine has not reported yet.
+    pub in_flight: InFlight,
+    /// The shortest answer (in tokens, two or more) among all still live there that said their
+    /// length: the request whose time per output token one more prompt's prefill would raise
+    /// the most.
+    pub shortest_answer: Option<u32>,
+}
+
+/// One instance's account of its dispatches; dropped once it holds none.
+#[derive(Debug, Default)]
+struct Account {
+    /// Its unreported dispatches.
+    in_flight: InFlight,
+    /// The answer lengths of its live dispatches, reported or not, of two tokens or more (a
+    /// multiset: length to count).
+    answers: BTreeMap<u32, u32>,
+}
+
+impl Account {
+    fn is_empty(&self) -> bool {
+        self.in_flight.requests == 0 && self.answers.is_empty()
+    }
+}
+
 /// Every live dispatch.
 #[derive(Debug, Default)]
 pub struct Lrs {
     dispatches: FxHashMap<String, Dispatch>,
-    per_instance: FxHashMap<String, InFlight>,
-    /// The answer lengths of the live dispatches of each instance, reported or not (a multiset:
-    /// length to count).
-    answers: FxHashMap<String, BTreeMap<u32, u32>>,
+    per_instance: FxHashMap<String, Account>,
 }
 
 impl Lrs {
@@ -63,30 +87,39 @@ impl Lrs {
             .per_instance
             .entry(dispatch.instance.clone())
             .or_default();
-        account.requests += 1;
-        account.prompt_tokens += dispatch.prompt_tokens as u64;
-        account.uncached_tokens += dispatch.uncached_tokens as u64;
+        account.in_flight.requests += 1;
+        account.in_flight.prompt_tokens += dispatch.prompt_tokens as u64;
+        account.in_flight.uncached_tokens += dispatch.uncached_tokens as u64;
         // An answer of one token has no time per output token, and one of unknown length none
         // to protect.
         if dispatch.answer_tokens >= 2 {
-            *self
-                .answers
-                .entry(dispatch.instance.clone())
-                .or_default()
-                .entry(dispatch.answer_tokens)
-                .or_default() += 1;
+            *account.answers.entry(dispatch.answer_tokens).or_default() += 1;
         }
         self.dispatches.insert(request_id.to_string(), dispatch);
     }
 
-    fn uncount(&mut self, d: &Dispatch) {
-        if let Some(account) = self.per_instance.get_mut(&d.instance) {
-            account.requests -= 1;
-            account.prompt_tokens -= d.prompt_tokens as u64;
-            account.uncached_tokens -= d.uncached_tokens as u64;
-            if account.requests == 0 {
-                self.per_instance.remove(&d.instance);
+    /// Takes `d` out of its instance's account: from the unreported ones if `in_flight`, from
+    /// the live answers if `answer`.
+    fn uncount(&mut self, d: &Dispatch, in_flight: bool, answer: bool) {
+        let Some(account) = self.per_instance.get_mut(&d.instance) else {
+            return;
+        };
+        if in_flight {
+            let counts = &mut account.in_flight;
+            counts.requests -= 1;
+            counts.prompt_tokens -= d.prompt_tokens as u64;
+            counts.uncached_tokens -= d.uncached_tokens as u64;
+        }
+        if answer {
+            if let Some(count) = account.answers.get_mut(&d.answer_tokens) {
+                *count -= 1;
+                if *count == 0 {
+                    account.answers.remove(&d.answer_tokens);
+                }
             }
+        }
+        if account.is_empty() {
+            self.per_instance.remove(&d.instance);
         }
     }
 
@@ -100,26 +133,13 @@ impl Lrs {
         }
         d.reported = true;
         let d = d.clone();
-        self.uncount(&d);
+        self.uncount(&d, true, false);
     }
 
     /// Forgets a request (finished, failed or moved).
     pub fn release(&mut self, request_id: &str) -> Option<Dispatch> {
         let d = self.dispatches.remove(request_id)?;
-        if !d.reported {
-            self.uncount(&d);
-        }
-        if let Some(answers) = self.answers.get_mut(&d.instance) {
-            if let Some(count) = answers.get_mut(&d.answer_tokens) {
-                *count -= 1;
-                if *count == 0 {
-                    answers.remove(&d.answer_tokens);
-                }
-            }
-            if answers.is_empty() {
-                self.answers.remove(&d.instance);
-            }
-        }
+        self.uncount(&d, !d.reported, true);
         Some(d)
     }
 
@@ -160,21 +180,16 @@ impl Lrs {
     pub fn remove_instance(&mut self, instance: &str) {
         self.dispatches.retain(|_, d| d.instance != instance);
         self.per_instance.remove(instance);
-        self.answers.remove(instance);
     }
 
-    /// The shortest answer (in tokens, two or more) among the live dispatches of an instance
-    /// that said their length: the request there whose time per output token one more prompt's
-    /// prefill would raise the most.
-    pub fn shortest_answer(&self, instance: &str) -> Option<u32> {
-        self.answers
+    /// What is known of the requests placed on an instance, in one lookup.
+    pub fn live(&self, instance: &str) -> Live {
+        self.per_instance
             .get(instance)
-            .and_then(|a| a.keys().next().copied())
-    }
-
-    /// Unreported dispatches of an instance.
-    pub fn in_flight(&self, instance: &str) -> InFlight {
-        self.per_instance.get(instance).copied().unwrap_or_default()
+            .map_or_else(Live::default, |account| Live {
+                in_flight: account.in_flight,
+                shortest_answer: account.answers.keys().next().copied(),
+            })
     }
 
     /// A live dispatch.
@@ -218,7 +233,7 @@ mod tests {
         lrs.dispatch("b", d("i1", 0.0, Some("g2")));
         lrs.dispatch("c", d("i2", 0.0, Some("g1")));
         assert_eq!(
-            lrs.in_flight("i1"),
+            lrs.live("i1").in_flight,
             InFlight {
                 requests: 2,
                 prompt_tokens: 200,
@@ -229,20 +244,24 @@ mod tests {
         lrs.reported("i1", "a");
         lrs.reported("i2", "b");
         assert_eq!(
-            lrs.in_flight("i1").requests,
+            lrs.live("i1").in_flight.requests,
             1,
             "reported once, by its own instance only"
         );
         lrs.release("a");
         assert_eq!(
-            lrs.in_flight("i1").requests,
+            lrs.live("i1").in_flight.requests,
             1,
             "releasing a reported request changes no count"
         );
         lrs.expire(5.0, 2.0, 600.0);
-        assert_eq!(lrs.in_flight("i1").requests, 0, "unreported past the TTL");
         assert_eq!(
-            lrs.shortest_answer("i1"),
+            lrs.live("i1").in_flight.requests,
+            0,
+            "unreported past the TTL"
+        );
+        assert_eq!(
+            lrs.live("i1").shortest_answer,
             Some(100),
             "b is live: its answer is still known"
         );
@@ -250,7 +269,7 @@ mod tests {
         assert_eq!(lrs.reclaim_gateway("g1"), 1);
         lrs.expire(700.0, 2.0, 600.0);
         assert!(lrs.is_empty());
-        assert_eq!(lrs.shortest_answer("i1"), None);
+        assert_eq!(lrs.live("i1").shortest_answer, None);
     }
 
     #[test]
@@ -274,11 +293,19 @@ mod tests {
         lrs.dispatch("e", with_answer(0));
         lrs.dispatch("f", with_answer(1));
         lrs.reported("i1", "b");
-        assert_eq!(lrs.shortest_answer("i1"), Some(4), "reported, still live");
+        assert_eq!(
+            lrs.live("i1").shortest_answer,
+            Some(4),
+            "reported, still live"
+        );
         lrs.release("b");
-        assert_eq!(lrs.shortest_answer("i1"), Some(4), "c has the same length");
+        assert_eq!(
+            lrs.live("i1").shortest_answer,
+            Some(4),
+            "c has the same length"
+        );
         lrs.release("c");
-        assert_eq!(lrs.shortest_answer("i1"), Some(300));
+        assert_eq!(lrs.live("i1").shortest_answer, Some(300));
         // Dispatched again elsewhere: counted once, where it went last.
         lrs.dispatch(
             "a",
@@ -287,9 +314,9 @@ mod tests {
                 ..with_answer(300)
             },
         );
-        assert_eq!(lrs.shortest_answer("i1"), None);
-        assert_eq!(lrs.shortest_answer("i2"), Some(2));
+        assert_eq!(lrs.live("i1").shortest_answer, None);
+        assert_eq!(lrs.live("i2").shortest_answer, Some(2));
         lrs.remove_instance("i2");
-        assert_eq!(lrs.shortest_answer("i2"), None);
+        assert_eq!(lrs.live("i2").shortest_answer, None);
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::adaptive_pd::{AdaptivePd, Leaning};
 use crate::cms::{Cms, EngineKind, InstanceMeta, InstanceState};
-use crate::lrs::{Dispatch, InFlight, Lrs};
+use crate::lrs::{Dispatch, InFlight, Live, Lrs};
 use crate::policy::{select, CandidateMetrics, Policy, SoftLimits};
 use crate::predictor::{
     predict_tpot, predict_ttft, prefill_seconds, PredictionErrors, QueueShape, StepTimeFit,
@@ -495,7 +495,7 @@ impl Scheduler {
             }
             let ask = self.ask_on(state, req);
             let fit = self.fits.of(&state.meta.id);
-            let mut m = candidate_metrics(state, self.live(&state.meta.id), ask, fit, now);
+            let mut m = candidate_metrics(state, self.lrs.live(&state.meta.id), ask, fit, now);
             score(&mut m, slos, req.max_tokens as f64, 0.0);
             let decodes_keep = !spare_decodes
                 || m.decode_batch == 0.0
@@ -520,15 +520,6 @@ impl Scheduler {
             }
             self.hits_by_slot[slot] = blocks;
         }
-    }
-
-    /// What this scheduler knows of the requests it placed on `instance`: those the engine has
-    /// not reported yet, and the shortest answer among all still live there.
-    fn live(&self, instance: &str) -> (InFlight, Option<u32>) {
-        (
-            self.lrs.in_flight(instance),
-            self.lrs.shortest_answer(instance),
-        )
     }
 
     /// What `req` asks of the instance `state`, by the prefix hits last kept by slot: its
@@ -594,7 +585,7 @@ impl Scheduler {
             }
             let metrics = candidate_metrics(
                 state,
-                self.live(&state.meta.id),
+                self.lrs.live(&state.meta.id),
                 self.ask_on(state, req),
                 self.fits.of(&state.meta.id),
                 now,
@@ -704,18 +695,19 @@ impl Scheduler {
     }
 
     fn view(&self, s: &InstanceState, now: f64) -> InstanceView {
+        let live = self.lrs.live(&s.meta.id);
         InstanceView {
             meta: s.meta.clone(),
             schedulable: s.schedulable(now, self.config.staleness),
             status_age: s.status.as_ref().map(|_| now - s.status_time),
             status: s.status.clone(),
-            in_flight: self.lrs.in_flight(&s.meta.id),
+            in_flight: live.in_flight,
             indexed_blocks: self.index.len_of(s.slot),
             predictor_samples: self.fits.of(&s.meta.id).map_or(0, |f| f.samples()),
             metrics: match s.status {
                 Some(_) => candidate_metrics(
                     s,
-                    self.live(&s.meta.id),
+                    live,
                     Ask {
                         cached: 0.0,
                         prompt: 0.0,
@@ -855,7 +847,7 @@ fn runner_up(
 /// the predictions for the request there.
 fn candidate_metrics(
     state: &InstanceState,
-    (inflight, shortest_answer): (InFlight, Option<u32>),
+    live: Live,
     ask: Ask,
     fit: Option<&StepTimeFit>,
     now: f64,
@@ -867,15 +859,16 @@ fn candidate_metrics(
     let total = (s.total_kv_tokens as f64).max(1.0);
     // Prompt tokens left to compute; the context the queued requests will decode beside
     // counts their cached prefixes too.
-    let all_prefill = (s.prefill_tokens_to_compute() + inflight.uncached_tokens) as f64;
-    let queued_context =
-        (s.waiting_prefill_tokens + s.running_prefill_tokens + inflight.uncached_tokens) as f64;
-    let decode_batch = (s.num_decoding + inflight.requests) as f64;
-    let queued = (s.num_waiting + s.num_swapped + inflight.requests) as f64;
+    let all_prefill = (s.prefill_tokens_to_compute() + live.in_flight.uncached_tokens) as f64;
+    let queued_context = (s.waiting_prefill_tokens
+        + s.running_prefill_tokens
+        + live.in_flight.uncached_tokens) as f64;
+    let decode_batch = (s.num_decoding + live.in_flight.requests) as f64;
+    let queued = (s.num_waiting + s.num_swapped + live.in_flight.requests) as f64;
     let uncached = (ask.prompt - ask.cached).max(0.0);
     let projected_kv = s.used_kv_tokens as f64
         + (s.waiting_prefill_tokens + s.running_prefill_tokens) as f64
-        + inflight.prompt_tokens as f64;
+        + live.in_flight.prompt_tokens as f64;
     let requests = (s.num_running as f64) + queued;
     // An engine that says its KV usage but not its capacity: the ratio alone (the tokens queued
     // or on their way cannot be added to a ratio of an unknown total).
@@ -890,7 +883,7 @@ fn candidate_metrics(
         decode_tokens: s.decode_tokens as f64,
         cached_tokens: ask.cached,
         uncached_tokens: uncached,
-        shortest_answer: shortest_answer.map_or(0.0, f64::from),
+        shortest_answer: live.shortest_answer.map_or(0.0, f64::from),
         kv_overflow: match usage_alone {
             Some(usage) => usage >= 1.0,
             None => projected_kv + ask.prompt + ask.output > total,
@@ -908,7 +901,7 @@ fn candidate_metrics(
     let shape = QueueShape {
         prefill_ahead: all_prefill,
         // The engine's waiting prompts, the one it is computing, and those on their way.
-        prompts_ahead: (s.num_waiting + inflight.requests) as f64
+        prompts_ahead: (s.num_waiting + live.in_flight.requests) as f64
             + f64::from(u8::from(s.running_prefill_tokens > 0)),
         own_prefill: uncached,
         decode_batch,
