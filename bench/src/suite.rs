@@ -559,12 +559,13 @@ pub fn goals(results: &[WorkloadResult], default: &str) -> Option<String> {
             .filter(|p| p.policy != default)
             .map(|p| at(p).ttft_ms.p99)
             .fold(f64::MAX, f64::min);
-        let ttft_gain = baseline / at(mine).ttft_ms.p99.max(1e-9);
-        let ttft_room = baseline / w.ttft_alone_ms.max(1e-9);
-        if baseline < f64::MAX {
-            ttft_wins += usize::from(ttft_gain >= TTFT_GAIN);
-            ttft_possible += usize::from(ttft_room >= TTFT_GAIN);
-        }
+        // The baseline's P99 TTFT over `p99`, if any baseline policy ran.
+        let gain = |p99: f64| (baseline < f64::MAX).then(|| baseline / p99.max(1e-9));
+        let ttft_gain = gain(at(mine).ttft_ms.p99);
+        let ttft_room = gain(w.ttft_alone_ms);
+        ttft_wins += usize::from(ttft_gain.is_some_and(|g| g >= TTFT_GAIN));
+        ttft_possible += usize::from(ttft_room.is_some_and(|g| g >= TTFT_GAIN));
+        let shown = |g: Option<f64>| g.map_or_else(|| "-".into(), |g| format!("{g:.2}x"));
         let met = rate >= 1.0 && goodput >= 0.98 && tpot <= 1.05 && e2e <= 1.05;
         let verdict = if w.policies.iter().all(|p| p.highest_rate == 0.0) {
             "- (no policy inside the SLOs)"
@@ -577,17 +578,9 @@ pub fn goals(results: &[WorkloadResult], default: &str) -> Option<String> {
             out,
             "| {} | {rate:.2}x | {goodput:.2}x | {tpot:.2}x | {e2e:.2}x | {} | {:.0}, {} | {} |",
             w.workload,
-            if baseline < f64::MAX {
-                format!("{ttft_gain:.2}x")
-            } else {
-                "-".into()
-            },
+            shown(ttft_gain),
             w.ttft_alone_ms,
-            if baseline < f64::MAX {
-                format!("{ttft_room:.2}x")
-            } else {
-                "-".into()
-            },
+            shown(ttft_room),
             verdict
         );
     }
