@@ -560,7 +560,8 @@ impl Scheduler {
         }
         let policy = self.policy_for(&req.model);
         let mut serving = 0;
-        let mut candidates: Vec<(&InstanceState, CandidateMetrics)> = Vec::new();
+        let mut candidates: Vec<(&InstanceState, CandidateMetrics)> =
+            Vec::with_capacity(self.cms.len());
         self.index.lookup(&req.block_hashes, now, &mut self.hits);
         lap(Lap::PrefixQueried);
         self.index_hits_by_slot();
@@ -618,13 +619,10 @@ impl Scheduler {
                 return Err(ScheduleError::AllEndpointsBusy);
             }
         }
-        let soft: Vec<_> = candidates
-            .iter()
-            .filter(|c| self.config.soft_limits.admits(policy, &c.1))
-            .cloned()
-            .collect();
-        if !soft.is_empty() {
-            candidates = soft;
+        // The soft limits narrow the choice only when some candidate is inside them.
+        let limits = &self.config.soft_limits;
+        if candidates.iter().any(|c| limits.admits(policy, &c.1)) {
+            candidates.retain(|c| limits.admits(policy, &c.1));
         }
         let chosen = choose(policy, &candidates, &mut self.round_robin, &mut self.rng);
         if tracing::enabled!(tracing::Level::DEBUG) {
