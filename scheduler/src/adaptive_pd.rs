@@ -3,7 +3,9 @@
 //! that leans prefill and handed after its first token to one that leans decode; every other
 //! prompt runs whole on the decode-leaning instances (as does a long prompt that no
 //! prefill-leaning instance would serve inside its SLOs, where a decode-leaning one would
-//! without pushing its decodes past theirs; the scheduler decides that). A prompt is long by the
+//! without pushing its decodes past theirs; the scheduler decides that). Under the [full
+//! split](crate::pd_split), which a TPOT objective and short answers missing it start, every
+//! prompt is handed over and the split sets how many instances lean prefill. A prompt is long by the
 //! tokens left to compute on the decode-leaning instance that holds the most of it, where it
 //! would otherwise run (a prefix cached only on the prefill side is computed there, and the
 //! rest handed over). How many instances lean prefill follows
@@ -13,6 +15,8 @@
 //! served colocated.
 
 use crate::cms::{Cms, InstanceMeta};
+use crate::moving_sum::MovingSum;
+use crate::pd_split::FullSplit;
 use std::collections::BTreeSet;
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::schedule::InferStage;
@@ -41,12 +45,11 @@ impl Default for AdaptivePd {
 pub struct Leaning {
     /// Instances that lean prefill.
     prefill: BTreeSet<String>,
-    /// Instance-seconds of long-prompt prefill a second, as of `at`.
-    load: f64,
-    /// When `load` was last brought up to date.
-    at: f64,
-    /// When the first long prompt came.
-    since: Option<f64>,
+    /// Instance-seconds of long-prompt prefill.
+    long_prompts: MovingSum,
+    /// The full split, and how many instances lean prefill while it is on.
+    pub full: FullSplit,
+    split: Option<usize>,
 }
 
 impl Leaning {
@@ -70,32 +73,33 @@ impl Leaning {
         !self.prefill.is_empty()
     }
 
-    /// Instance-seconds of long-prompt prefill a second at `now`: the moving rate, corrected
-    /// for the part of the window before the first long prompt (at least a second of it counts),
-    /// so that it is right from the start.
+    /// Instance-seconds of long-prompt prefill a second at `now` (a moving rate, right from
+    /// the first long prompt).
     pub fn load(&self, now: f64, window: f64) -> f64 {
-        let Some(since) = self.since else {
-            return 0.0;
-        };
-        let seen = 1.0 - (-(now - since).max(1.0) / window).exp();
-        self.decayed(now, window) / seen
-    }
-
-    fn decayed(&self, now: f64, window: f64) -> f64 {
-        self.load * (-(now - self.at).max(0.0) / window).exp()
+        self.long_prompts.rate(now, window)
     }
 
     /// Counts a long prompt dispatched at `now` whose prefill takes `seconds` of an instance.
     pub fn on_long_prompt(&mut self, seconds: f64, now: f64, window: f64) {
-        self.load = self.decayed(now, window) + seconds / window;
-        self.at = now.max(self.at);
-        self.since.get_or_insert(now);
+        self.long_prompts.add(seconds, now, window);
     }
 
-    /// Brings the leaning instances of `model` in line with the load at `now`: as many lean
-    /// prefill as the load rounds to (at most all but one), grown as soon as it rounds higher,
-    /// shrunk by one only once it is an instance and a half below them, or nearly nothing. An instance that joins is the one with the
-    /// least to decode; one that leaves is one with no prompt left to compute.
+    /// Sets how many instances lean prefill while the [full split](crate::pd_split) is on
+    /// (`None`: it is off, and the long prompts decide).
+    pub fn set_split(&mut self, prefill: Option<usize>) {
+        self.split = prefill;
+    }
+
+    /// Whether the full split is on: every prompt is handed over.
+    pub fn splits_fully(&self) -> bool {
+        self.split.is_some()
+    }
+
+    /// Brings the leaning instances of `model` in line at `now`: under the full split as many
+    /// lean prefill as it says; otherwise as many as the long prompts' load rounds to (at most
+    /// all but one), grown as soon as it rounds higher, shrunk by one only once it is an
+    /// instance and a half below them, or nearly nothing. An instance that joins is the one with
+    /// the least to decode; one that leaves is one with no prompt left to compute.
     pub fn review(&mut self, cms: &Cms, model: &str, now: f64, window: f64) {
         let instances: Vec<_> = cms.iter().filter(|s| s.meta.model == model).collect();
         self.prefill
@@ -104,7 +108,9 @@ impl Leaning {
         let load = self.load(now, window);
         let wanted = (load.round() as usize).min(most);
         let leaning = self.prefill.len();
-        let target = if wanted > leaning {
+        let target = if let Some(split) = self.split {
+            split.min(most)
+        } else if wanted > leaning {
             wanted
         } else if load < leaning as f64 - 1.5 || load < 0.25 {
             leaning.saturating_sub(1)
@@ -162,57 +168,57 @@ mod tests {
         cms
     }
 
+    /// A leaning whose long prompts have brought `load` instances of prefill a second for long.
+    fn steady(load: f64) -> Leaning {
+        let mut l = Leaning::default();
+        l.on_long_prompt(0.0, -1e6, 20.0);
+        l.on_long_prompt(load * 20.0, 0.0, 20.0);
+        l
+    }
+
     #[test]
     fn the_load_is_the_prefill_work_a_second_from_the_first_long_prompt_on() {
         let mut l = Leaning::default();
         assert_eq!(l.load(5.0, 20.0), 0.0);
-        // Two long prompts a second, each 1.5 s of an instance's prefill: 3 instances' worth,
-        // right after the start and once the window has passed.
-        for i in 0..200 {
+        // Two long prompts a second, each 1.5 s of an instance's prefill: 3 instances' worth.
+        for i in 0..100 {
             l.on_long_prompt(1.5, i as f64 * 0.5, 20.0);
-            let load = l.load(i as f64 * 0.5, 20.0);
-            if i >= 4 {
-                assert!((2.5..4.0).contains(&load), "{load} at {i}");
-            }
-            if i >= 40 {
-                assert!((2.8..3.2).contains(&load), "{load} at {i}");
-            }
         }
-        // It fades once they stop.
-        assert!(l.load(200.0, 20.0) < 0.5);
+        assert!((2.8..3.2).contains(&l.load(49.5, 20.0)));
+        assert!((steady(2.4).load(0.0, 20.0) - 2.4).abs() < 1e-9);
     }
 
     #[test]
     fn instances_lean_prefill_as_the_load_says_with_hysteresis_and_leave_drained() {
         // i0 decodes most, i1 least; i2 has a prompt queued.
         let c = cms(&[(5000, 0), (10, 0), (100, 4096), (200, 0)]);
-        let mut l = Leaning {
-            load: 2.4,
-            at: 0.0,
-            since: Some(-100.0),
-            ..Leaning::default()
-        };
+        let mut l = steady(2.4);
         l.review(&c, "m", 0.0, 20.0);
         let leaning: Vec<_> = l.prefill.iter().cloned().collect();
         assert_eq!(leaning, ["i1", "i2"], "the two that decode least");
         // Within the hysteresis nothing changes.
-        l.load = 1.3;
+        l.long_prompts = steady(1.3).long_prompts;
         l.review(&c, "m", 0.0, 20.0);
         assert_eq!(l.prefill.len(), 2);
         // Lower: one leaves, the one with no prompt left to compute.
-        l.load = 0.4;
+        l.long_prompts = steady(0.4).long_prompts;
         l.review(&c, "m", 0.0, 20.0);
         assert_eq!(l.prefill.iter().collect::<Vec<_>>(), ["i2"]);
         // With no load i2 would lean back too, but it stays until its prompt is computed.
-        l.load = 0.0;
+        l.long_prompts = steady(0.0).long_prompts;
         l.review(&c, "m", 0.0, 20.0);
         assert!(l.leans_prefill("i2"));
         let drained = cms(&[(5000, 0), (10, 0), (100, 0), (200, 0)]);
         l.review(&drained, "m", 0.0, 20.0);
         assert!(!l.disaggregates());
         // Never every instance.
-        l.load = 10.0;
+        l.long_prompts = steady(10.0).long_prompts;
         l.review(&c, "m", 0.0, 20.0);
         assert_eq!(l.prefill.len(), 3);
+        // Under the full split its size decides, whatever the long prompts' load.
+        l.set_split(Some(1));
+        l.review(&drained, "m", 0.0, 20.0);
+        assert_eq!(l.prefill.len(), 1);
+        assert!(l.splits_fully());
     }
 }

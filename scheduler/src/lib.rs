@@ -8,6 +8,9 @@
 //! - [`prefix_index`]: which instance holds which prefix block.
 //! - [`policy`]: candidate metrics, filters and selectors.
 //! - [`rescheduler`]: which instance hands a running request to which (live migration).
+//! - [`adaptive_pd`]: which neutral instances lean prefill or decode under adaptive PD, and
+//!   [`pd_split`]: when every prompt is handed over, with the decode side sized first.
+//! - [`moving_sum`]: sums that fade with time, behind adaptive PD's rates.
 //! - [`scheduler`]: all of the above behind schedule / release / report.
 //! - [`scrape`]: engine state from the `/metrics` pages of vLLM, SGLang, FastDeploy and MindIE.
 //! - [`vllm_events`]: vLLM's and SGLang's KV events, read and turned into switchyard's hashes.
@@ -20,6 +23,8 @@ pub mod adaptive_pd;
 pub mod cms;
 pub mod launcher;
 pub mod lrs;
+pub mod moving_sum;
+pub mod pd_split;
 pub mod policy;
 pub mod predictor;
 pub mod prefix_index;

@@ -3,6 +3,7 @@
 use crate::adaptive_pd::{AdaptivePd, Leaning};
 use crate::cms::{Cms, EngineKind, InstanceMeta, InstanceState};
 use crate::lrs::{Dispatch, InFlight, Live, Lrs};
+use crate::pd_split::Cluster as SplitCluster;
 use crate::policy::{select, CandidateMetrics, Policy, SoftLimits};
 use crate::predictor::{
     predict_tpot, predict_ttft, prefill_seconds, PredictionErrors, QueueShape, StepTimeFit,
@@ -335,11 +336,28 @@ impl Scheduler {
     /// Releases a request that finished, and compares its placement's predictions with what
     /// its client saw.
     pub fn finish(&mut self, request_id: &str, observed: &Observed) -> PredictionErrors {
-        self.lrs
-            .release(request_id)
-            .map_or_else(PredictionErrors::default, |d| {
-                PredictionErrors::of((d.predicted_ttft, d.predicted_tpot), observed)
-            })
+        let Some(d) = self.lrs.release(request_id) else {
+            return PredictionErrors::default();
+        };
+        self.count_for_split(&d, observed);
+        PredictionErrors::of((d.predicted_ttft, d.predicted_tpot), observed)
+    }
+
+    /// Under adaptive PD with a TPOT objective, counts a finished request towards its model's
+    /// [full split](crate::pd_split): a short answer over the objective or not.
+    fn count_for_split(&mut self, d: &Dispatch, observed: &Observed) {
+        let (Some(tpot_ms), Some(state)) = (observed.tpot_ms, self.cms.get(&d.instance)) else {
+            return;
+        };
+        let model = &state.meta.model;
+        let Some(tpot) = self.slos_for(model).tpot else {
+            return;
+        };
+        if let Some(leaning) = self.leaning.get_mut(model) {
+            leaning
+                .full
+                .on_finished(d.answer_tokens, tpot_ms > tpot * 1e3);
+        }
     }
 
     /// Progress from the gateway: a request that produced tokens has been admitted.
@@ -385,10 +403,16 @@ impl Scheduler {
             _ => (false, false),
         };
         // A long prompt that no prefill-leaning instance can serve inside its SLOs is computed
-        // whole where it can, if the decodes there stay inside theirs.
+        // whole where it can, if the decodes there stay inside theirs (not under the full
+        // split, which keeps every prompt off the decode side).
+        let splits_fully = self
+            .leaning
+            .get(&req.model)
+            .is_some_and(Leaning::splits_fully);
         let whole = |s: &mut Self| {
             !long
-                || (s.meets_slos_leaning(req, InferStage::Prefill, false, now) == Some(false)
+                || (!splits_fully
+                    && s.meets_slos_leaning(req, InferStage::Prefill, false, now) == Some(false)
                     && s.meets_slos_leaning(req, InferStage::Decode, true, now) == Some(true))
         };
         if adaptive && whole(self) {
@@ -426,13 +450,22 @@ impl Scheduler {
     /// is not long runs whole: cached tokens stall no decode), brings its model's leaning
     /// instances up to date at `now`, and says whether some lean prefill (then the request is
     /// placed by the leanings) and whether it is long. A long prompt's prefill work is counted
-    /// where the most of it is cached, on either side: the prefill side computes it there.
+    /// where the most of it is cached, on either side: the prefill side computes it there. With
+    /// a TPOT objective every prompt is also counted towards the [full split](crate::pd_split),
+    /// which is reviewed here; while it is on, a prompt with a block left to compute on the
+    /// decode side is long too.
     fn lean(&mut self, req: &ScheduleRequest, now: f64) -> (bool, bool) {
         let Some(adaptive) = self.config.adaptive_pd else {
             return (false, false);
         };
         let mut long = false;
-        if req.prompt_tokens >= adaptive.long_prompt {
+        let tpot = self.slos_for(&req.model).tpot;
+        let splits_fully = self
+            .leaning
+            .get(&req.model)
+            .is_some_and(Leaning::splits_fully);
+        // With a TPOT objective every prompt counts towards the full split.
+        if req.prompt_tokens >= adaptive.long_prompt || tpot.is_some() {
             self.index.lookup(&req.block_hashes, now, &mut self.hits);
             self.index_hits_by_slot();
             let prompt = u64::from(req.prompt_tokens);
@@ -448,7 +481,11 @@ impl Scheduler {
                 .map(|s| self.hits_by_slot.get(s.slot as usize).map_or(0, |&b| b))
                 .max()
                 .unwrap_or(0);
-            long = prompt - cached_of(on_decode_side) >= u64::from(adaptive.long_prompt);
+            let left_on_decode_side = prompt - cached_of(on_decode_side);
+            let long_prompt = left_on_decode_side >= u64::from(adaptive.long_prompt);
+            // Under the full split, a prompt with a block to compute is handed over too.
+            long = long_prompt
+                || (splits_fully && left_on_decode_side >= self.config.block_size as u64);
             let uncached = prompt - cached;
             // What the prompt's prefill takes on an instance of the model, by its fit.
             let fit = self
@@ -456,14 +493,32 @@ impl Scheduler {
                 .iter()
                 .filter(|s| s.meta.model == req.model)
                 .find_map(|s| self.fits.of(&s.meta.id));
-            if let (true, Some(fit)) = (long, fit) {
+            if let Some(fit) = fit {
                 let attention = StepSample::attention_of(cached, uncached) as f64;
                 let seconds = crate::predictor::prefill_seconds(fit, uncached as f64, attention);
                 let leaning = self.leaning.entry(req.model.clone()).or_default();
-                leaning.on_long_prompt(seconds, now, adaptive.window);
+                if long_prompt {
+                    leaning.on_long_prompt(seconds, now, adaptive.window);
+                }
+                if tpot.is_some() {
+                    let answer = f64::from(req.max_tokens);
+                    let (uncached, prompt) = (uncached as f64, prompt as f64);
+                    leaning
+                        .full
+                        .on_prompt(seconds, uncached, prompt, answer, now, adaptive.window);
+                }
             }
         }
+        let split = tpot.and_then(|tpot| {
+            let staleness = self.config.staleness;
+            let cluster = split_cluster(&self.cms, &self.fits, &req.model, now, staleness);
+            let leaning = self.leaning.entry(req.model.clone()).or_default();
+            leaning
+                .full
+                .review(cluster.as_ref(), tpot, now, adaptive.window)
+        });
         let leaning = self.leaning.entry(req.model.clone()).or_default();
+        leaning.set_split(split);
         leaning.review(&self.cms, &req.model, now, adaptive.window);
         (leaning.disaggregates(), long)
     }
@@ -799,6 +854,42 @@ fn measured_prefill_seconds(fit: &StepTimeFit, steps: &[StepSample]) -> f64 {
 
 /// The candidate `policy` picks: the next in turn, the better of two random ones, or the best
 /// key (ties broken by a draw).
+/// What the schedulable instances of `model` can decode, for the full split: `None` until one
+/// has a step-time fit and every one has said its state.
+fn split_cluster<'a>(
+    cms: &Cms,
+    fits: &'a StepFits,
+    model: &str,
+    now: f64,
+    staleness: f64,
+) -> Option<SplitCluster<'a>> {
+    let states: Vec<_> = cms
+        .iter()
+        .filter(|s| s.meta.model == model && s.schedulable(now, staleness))
+        .collect();
+    let fit = states.iter().find_map(|s| fits.of(&s.meta.id))?;
+    let (mut decoding, mut context, mut kv, mut seats) = (0.0, 0.0, 0.0, 0.0);
+    for state in &states {
+        let status = state.status.as_ref()?;
+        decoding += f64::from(status.num_decoding);
+        context += status.decode_tokens as f64;
+        kv += status.total_kv_tokens as f64;
+        seats += f64::from(status.max_num_seqs);
+    }
+    let n = states.len() as f64;
+    Some(SplitCluster {
+        instances: states.len(),
+        fit,
+        context_each: if decoding > 0.0 {
+            context / decoding
+        } else {
+            0.0
+        },
+        kv_tokens_each: kv / n,
+        seats_each: seats / n,
+    })
+}
+
 fn choose(
     policy: Policy,
     candidates: &[(&InstanceState, CandidateMetrics)],

@@ -1013,3 +1013,64 @@ fn adaptive_pd_computes_a_long_prompt_whole_where_the_prefill_side_would_miss_it
     assert!(prefill.contains(&placed.instance_id), "{placed:?}");
     assert!(placed.decode.is_some(), "{placed:?}");
 }
+
+#[test]
+fn adaptive_pd_hands_every_prompt_over_once_short_answers_miss_the_tpot_objective() {
+    use switchyard_protocol::schedule::Observed;
+    use switchyard_scheduler::adaptive_pd::AdaptivePd;
+    let slos = Slos {
+        ttft: Some(2.0),
+        tpot: Some(0.025),
+    };
+    let config = |slos| SchedulerConfig {
+        adaptive_pd: Some(AdaptivePd::default()),
+        ..predictive(slos)
+    };
+    // 600-token prompts sharing nothing, asking for 5 tokens, 20 a second; each finishes with
+    // the TPOT `tpot_ms` (one prefill chunk between its tokens: 40 ms).
+    let run = |s: &mut Scheduler, tpot_ms: f64| {
+        for i in 0..100u32 {
+            let id = format!("r{i}");
+            let prompt: Vec<u32> = (0..600).map(|t| i * 1000 + t).collect();
+            let mut req = request(&id, &prompt);
+            req.max_tokens = 5;
+            let placed = s.schedule(&req, f64::from(i) * 0.05).unwrap().decision;
+            if i <= 50 {
+                assert_eq!(placed.decode, None, "colocated until 50 have finished");
+            }
+            let observed = Observed {
+                ttft_ms: Some(50.0),
+                tpot_ms: Some(tpot_ms),
+                hand_off: None,
+            };
+            s.finish(&id, &observed);
+        }
+    };
+    let next = |s: &mut Scheduler| {
+        let prompt: Vec<u32> = (0..600).map(|t| 900_000 + t).collect();
+        let mut req = request("next", &prompt);
+        req.max_tokens = 5;
+        s.schedule(&req, 5.0).unwrap().decision
+    };
+    // The short answers missed: the next prompt is computed on a prefill-leaning instance and
+    // handed over.
+    let mut missed = cluster_with(config(slos), 4);
+    run(&mut missed, 40.0);
+    let placed = next(&mut missed);
+    let decode = placed.decode.expect("handed over");
+    assert_ne!(decode.instance_id, placed.instance_id);
+    // They met it: colocated still.
+    let mut met = cluster_with(config(slos), 4);
+    run(&mut met, 10.0);
+    assert_eq!(next(&mut met).decode, None);
+    // Without a TPOT objective there is nothing to miss.
+    let mut no_tpot = cluster_with(
+        config(Slos {
+            ttft: Some(2.0),
+            tpot: None,
+        }),
+        4,
+    );
+    run(&mut no_tpot, 40.0);
+    assert_eq!(next(&mut no_tpot).decode, None);
+}
