@@ -5,9 +5,9 @@
 //! prefill-leaning instance would serve inside its SLOs, where a decode-leaning one would
 //! without pushing its decodes past theirs; the scheduler decides that). Under the [full
 //! split](crate::pd_split), which a TPOT objective and short answers missing it start, every
-//! prompt is handed over and the split sets how many instances lean prefill. A prompt is long by the
-//! tokens left to compute on the decode-leaning instance that holds the most of it, where it
-//! would otherwise run (a prefix cached only on the prefill side is computed there, and the
+//! prompt is handed over and the split sets how many instances lean prefill. A prompt is long
+//! by the tokens left to compute on the decode-leaning instance that holds the most of it, where
+//! it would otherwise run (a prefix cached only on the prefill side is computed there, and the
 //! rest handed over). How many instances lean prefill follows
 //! the long prompts' prefill work: the instance-seconds of prefill they bring each second (a
 //! moving rate), rounded, with hysteresis before any instance leans back. With no long prompts,
@@ -47,8 +47,9 @@ pub struct Leaning {
     prefill: BTreeSet<String>,
     /// Instance-seconds of long-prompt prefill.
     long_prompts: MovingSum,
-    /// The full split, and how many instances lean prefill while it is on.
-    pub full: FullSplit,
+    /// When every prompt is handed over.
+    pub(crate) full: FullSplit,
+    /// How many instances lean prefill while the full split is on.
     split: Option<usize>,
 }
 

@@ -192,8 +192,8 @@ impl FullSplit {
         let decode_side = self.decode_side;
         self.switch(on, || {
             format!(
-                "{prefill_side} prefill, {decode_side} decode; prefill load {load:.2} instances, decode \
-                 need {need:.2}, uncached share {uncached:.2}"
+                "{prefill_side} prefill, {decode_side} decode; prefill load {load:.2} \
+                 instances, decode need {need:.2}, uncached share {uncached:.2}"
             )
         });
         on.then_some(prefill_side)

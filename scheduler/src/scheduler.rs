@@ -852,8 +852,6 @@ fn measured_prefill_seconds(fit: &StepTimeFit, steps: &[StepSample]) -> f64 {
         .sum()
 }
 
-/// The candidate `policy` picks: the next in turn, the better of two random ones, or the best
-/// key (ties broken by a draw).
 /// What the schedulable instances of `model` can decode, for the full split: `None` until one
 /// has a step-time fit and every one has said its state.
 fn split_cluster<'a>(
@@ -890,6 +888,8 @@ fn split_cluster<'a>(
     })
 }
 
+/// The candidate `policy` picks: the next in turn, the better of two random ones, or the best
+/// key (ties broken by a draw).
 fn choose(
     policy: Policy,
     candidates: &[(&InstanceState, CandidateMetrics)],
