@@ -130,6 +130,9 @@ pub struct Placement {
 pub struct InstanceView {
     /// Description.
     pub meta: InstanceMeta,
+    /// The role it plays now: its own, or under adaptive PD, while some instances of its model
+    /// lean prefill, the one it leans to.
+    pub role: InferStage,
     /// Whether it may take requests now.
     pub schedulable: bool,
     /// Seconds since its latest status.
@@ -749,8 +752,14 @@ impl Scheduler {
 
     fn view(&self, s: &InstanceState, now: f64) -> InstanceView {
         let live = self.lrs.live(&s.meta.id);
+        let role = self
+            .leaning
+            .get(&s.meta.model)
+            .filter(|l| l.disaggregates())
+            .map_or(s.meta.role, |l| l.role_of(&s.meta));
         InstanceView {
             meta: s.meta.clone(),
+            role,
             schedulable: s.schedulable(now, self.config.staleness),
             status_age: s.status.as_ref().map(|_| now - s.status_time),
             status: s.status.clone(),

@@ -861,9 +861,14 @@ fn adaptive_pd_hands_long_prompts_from_prefill_leaning_instances_and_runs_short_
         ..Default::default()
     };
     let short = request("short", &(0..300).collect::<Vec<u32>>());
-    // Colocated until long prompts come: a short prompt is placed whole.
+    // Colocated until long prompts come: a short prompt is placed whole, and every instance
+    // plays its own role.
     let first = s.schedule(&short, 0.0).unwrap().decision;
     assert_eq!(first.decode, None);
+    assert!(s
+        .instances_view(0.0)
+        .iter()
+        .all(|v| v.role == InferStage::Neutral));
     // A steady stream of long prompts: some instances lean prefill, and long prompts are computed
     // there and handed to another.
     let mut prefill = std::collections::HashSet::new();
@@ -882,6 +887,16 @@ fn adaptive_pd_hands_long_prompts_from_prefill_leaning_instances_and_runs_short_
         (1..4).contains(&prefill.len()),
         "some, never all, lean prefill: {prefill:?}"
     );
+    // The instance list (and the metrics' infer_type) says which role each plays now.
+    for view in s.instances_view(4.0) {
+        let leans = prefill.contains(&view.meta.id);
+        let role = if leans {
+            InferStage::Prefill
+        } else {
+            InferStage::Decode
+        };
+        assert_eq!((view.role, view.meta.role), (role, InferStage::Neutral));
+    }
     // Short prompts now run whole on the instances that lean decode.
     for i in 0..8 {
         let placed = s

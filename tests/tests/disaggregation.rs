@@ -235,4 +235,15 @@ async fn an_adaptive_serve_hands_long_prompts_over_and_answers_every_request() {
     let metrics = metrics_text(&reqwest::Client::new(), &serve.url(0)).await;
     let handed = metric_value(&metrics, "scheduler_pd_handoff_total{outcome=\"done\"}");
     assert!(handed > 0.0, "{metrics}");
+    // The instances' gauges carry the role each leans to, so the dashboards' prefill and decode
+    // sections fill.
+    for role in ["prefill", "decode"] {
+        let label = format!("infer_type=\"{role}\"");
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("instance_cms_") && l.contains(&label)),
+            "no {role} instance: {metrics}"
+        );
+    }
 }

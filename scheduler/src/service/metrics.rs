@@ -7,7 +7,8 @@ use prometheus::{
     Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     Opts, Registry, TextEncoder,
 };
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 use switchyard_protocol::schedule::InferStage;
 
 /// Stage-duration buckets (milliseconds).
@@ -76,6 +77,9 @@ pub struct SchedulerMetrics {
     selected: [OnceLock<SelectedSeries>; 3],
     cms: Vec<(GaugeVec, Reading)>,
     lrs: Vec<(GaugeVec, Reading)>,
+    /// The `infer_type` each instance's gauges were last set under (under adaptive PD it
+    /// follows the instance's leaning), so that a change drops the series of the old one.
+    roles: Mutex<HashMap<String, InferStage>>,
 }
 
 fn histogram(
@@ -379,6 +383,7 @@ impl SchedulerMetrics {
             kv_event_resyncs,
             cms,
             lrs,
+            roles: Mutex::default(),
             registry: reg,
         })
     }
@@ -466,9 +471,17 @@ impl SchedulerMetrics {
         self.reclaimed.inc_by(reclaimed as u64);
     }
 
-    /// Sets an instance's CMS and LRS gauges to its state now.
+    /// Sets an instance's CMS and LRS gauges to its state now, under the role it plays now.
     pub fn on_instance(&self, view: &InstanceView) {
-        let role = view.meta.role.as_str();
+        let was = self
+            .roles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(view.meta.id.clone(), view.role);
+        if let Some(was) = was.filter(|&was| was != view.role) {
+            self.remove_gauges(&view.meta, was);
+        }
+        let role = view.role.as_str();
         for (gauge, read) in &self.cms {
             gauge
                 .with_label_values(&[view.meta.id.as_str(), role])
@@ -483,7 +496,17 @@ impl SchedulerMetrics {
 
     /// Drops a removed instance's gauges.
     pub fn forget_instance(&self, meta: &InstanceMeta) {
-        let (id, role, model) = (meta.id.as_str(), meta.role.as_str(), meta.model.as_str());
+        let last = self
+            .roles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&meta.id);
+        self.remove_gauges(meta, last.unwrap_or(meta.role));
+    }
+
+    /// Drops an instance's gauges set under `role`.
+    fn remove_gauges(&self, meta: &InstanceMeta, role: InferStage) {
+        let (id, role, model) = (meta.id.as_str(), role.as_str(), meta.model.as_str());
         // A gauge never set for this instance has nothing to remove.
         for (gauge, _) in &self.cms {
             let _ = gauge.remove_label_values(&[id, role]);
@@ -505,5 +528,50 @@ impl SchedulerMetrics {
             return format!("# encoding failed: {e}\n");
         }
         String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cms::EngineKind;
+    use crate::scheduler::{Scheduler, SchedulerConfig};
+    use switchyard_protocol::engine_state::EngineStatus;
+
+    #[test]
+    fn an_instance_whose_role_changes_keeps_only_the_series_of_its_role_now() {
+        let metrics = SchedulerMetrics::new(false).expect("registers");
+        let mut s = Scheduler::new(SchedulerConfig::default(), 1);
+        let meta = InstanceMeta {
+            id: "i0".into(),
+            endpoint: "http://i0".into(),
+            model: "m".into(),
+            role: InferStage::Neutral,
+            kind: EngineKind::Switchyard,
+        };
+        s.add_instance(meta.clone());
+        s.on_status("i0", EngineStatus::default(), 0.0);
+        let mut view = s.instances_view(0.0).remove(0);
+        let count = |text: &str, role: &str| {
+            text.lines()
+                .filter(|l| l.contains(&format!("infer_type=\"{role}\"")))
+                .count()
+        };
+        metrics.on_instance(&view);
+        assert!(count(&metrics.render(), "neutral") > 0);
+        // It leans prefill now (adaptive PD): its gauges move to that label.
+        view.role = InferStage::Prefill;
+        metrics.on_instance(&view);
+        let text = metrics.render();
+        assert_eq!(count(&text, "neutral"), 0, "{text}");
+        assert!(count(&text, "prefill") > 0);
+        // Removed: nothing of it is left.
+        metrics.forget_instance(&meta);
+        let text = metrics.render();
+        assert_eq!(
+            count(&text, "prefill") + count(&text, "neutral"),
+            0,
+            "{text}"
+        );
     }
 }
