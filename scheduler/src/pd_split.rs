@@ -7,8 +7,9 @@
 //! there, and one prefill chunk between two tokens of a 5-token answer is a TPOT miss by itself.
 //! Where those misses are common (Azure code: 14% of its requests colocated, 4% at a static
 //! 14:2) only separating every prompt from the decodes helps. Misses of longer answers are not
-//! counted: they come from large batches over long contexts, which a split does not cure
-//! (Mooncake conversation: 8.5% of its requests miss TPOT colocated, 8.3% at 10:6).
+//! counted: a split does not always cure them (Mooncake conversation: 8.5% of its requests miss
+//! TPOT colocated, 8.3% at 10:6, its long contexts decoding slowly on either side), and counting
+//! them started splits that lost on Mooncake conversation and Azure conversation.
 //!
 //! Split, the decode side is sized first: the answer tokens the requests ask for a second, over
 //! what one instance decodes a second while its steps stay near the objective, and the prefill
