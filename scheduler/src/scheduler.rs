@@ -528,9 +528,9 @@ impl Scheduler {
 
     /// Under adaptive PD, whether some schedulable instance of `req`'s model leaning `role`
     /// keeps it inside its SLOs and, with `spare_decodes`, keeps the decodes already there
-    /// within [`WHOLE_PROMPT_TPOT_SHARE`] of the TPOT SLO too: their predicted TPOT plus the
-    /// wait its prompt adds to each, spread over the tokens they have left ([`REMAINING_SHARE`]
-    /// of an answer as long as its own; an instance decoding nothing has nothing to spare). `None` without SLOs or without
+    /// inside the TPOT SLO too: their predicted TPOT plus the wait its prompt adds to each,
+    /// spread over the tokens they have left ([`REMAINING_SHARE`] of an answer as long as its
+    /// own; an instance decoding nothing has nothing to spare). `None` without SLOs or without
     /// such an instance. Asked for long prompts only, whose prefix [`Scheduler::lean`] has just
     /// looked up.
     fn meets_slos_leaning(
@@ -557,9 +557,9 @@ impl Scheduler {
             score(&mut m, slos, req.max_tokens as f64, 0.0);
             let decodes_keep = !spare_decodes
                 || m.decode_batch == 0.0
-                || slos.tpot.is_none_or(|tpot| {
-                    m.predicted_tpot_before + m.delay_each / left <= tpot * WHOLE_PROMPT_TPOT_SHARE
-                });
+                || slos
+                    .tpot
+                    .is_none_or(|tpot| m.predicted_tpot_before + m.delay_each / left <= tpot);
             if m.violations == 0.0 && decodes_keep {
                 return Some(true);
             }
@@ -830,15 +830,6 @@ fn role_fits(role: InferStage, stage: InferStage) -> bool {
 /// Share of its answer a running request has still to generate, on average (half: progress is
 /// spread evenly over an answer).
 const REMAINING_SHARE: f64 = 0.5;
-
-/// Under adaptive PD, a long prompt is computed whole on a decode-leaning instance only if the
-/// decodes there stay within this share of the TPOT objective, with the wait it adds: the TPOT
-/// predictions are off by about a quarter on average (26-27% on long-context and Mooncake
-/// conversation), and a miss here costs every decode on the instance, not one request.
-/// Long-context over six seeds at 55 / 60 / 65 req/s: 44.22 / 46.44 / 42.44 against 42.76 /
-/// 45.51 / 42.61 at the full objective; Mooncake conversation 8.00 / 9.18 / 10.12 against
-/// 8.10 / 9.22 / 10.13 (docs/benchmarks-history.md).
-const WHOLE_PROMPT_TPOT_SHARE: f64 = 0.8;
 
 /// The request as a candidate sees it.
 #[derive(Debug, Clone, Copy)]

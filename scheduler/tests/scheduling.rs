@@ -1009,25 +1009,6 @@ fn adaptive_pd_computes_a_long_prompt_whole_where_the_prefill_side_would_miss_it
     assert_eq!(placed.decode, None, "{placed:?}");
     assert!(decoding.contains(&placed.instance_id), "{placed:?}");
     s.release("whole");
-    // Decodes predicted inside 50 ms with the prompt's wait, but not inside 0.8 of it (the
-    // margin for the predictions' error): handed over.
-    let busy = EngineStatus {
-        num_running: 130,
-        num_decoding: 130,
-        decode_tokens: 1_300_000,
-        total_kv_tokens: 10_000_000,
-        ..idle()
-    };
-    for id in &decoding {
-        s.on_status(id, busy.clone(), 4.05);
-    }
-    for id in &prefill {
-        s.on_status(id, backlog.clone(), 4.05);
-    }
-    let placed = s.schedule(&long("margin"), 4.05).unwrap().decision;
-    assert!(prefill.contains(&placed.instance_id), "{placed:?}");
-    assert!(placed.decode.is_some(), "{placed:?}");
-    s.release("margin");
     // With many decodes there, whose tokens the prompt's prefill would push past 50 ms, it is
     // handed over as before.
     let crowded = EngineStatus {
