@@ -161,6 +161,9 @@ pub struct Scheduler {
     hits: Vec<(Slot, u32)>,
     /// `hits` by slot (0 where none), for the decision being made.
     hits_by_slot: Vec<u32>,
+    /// Whether `hits` and `hits_by_slot` are the request's being placed, looked up by
+    /// [`Scheduler::lean`] with nothing placed since (the first placement attempt takes them).
+    hits_fresh: bool,
     gateways_seen: FxHashMap<String, f64>,
     /// With adaptive PD: each model's instances that lean prefill.
     leaning: FxHashMap<String, Leaning>,
@@ -179,6 +182,7 @@ impl Scheduler {
             rng: SmallRng::seed_from_u64(seed),
             hits: Vec::new(),
             hits_by_slot: Vec::new(),
+            hits_fresh: false,
             gateways_seen: FxHashMap::default(),
             leaning: FxHashMap::default(),
         }
@@ -401,6 +405,7 @@ impl Scheduler {
         now: f64,
         lap: &mut dyn FnMut(Lap),
     ) -> Result<Placement, ScheduleError> {
+        self.hits_fresh = false;
         let (adaptive, long) = match req.infer_stage {
             InferStage::Neutral => self.lean(req, now),
             _ => (false, false),
@@ -471,6 +476,7 @@ impl Scheduler {
         if req.prompt_tokens >= adaptive.long_prompt || tpot.is_some() {
             self.index.lookup(&req.block_hashes, now, &mut self.hits);
             self.index_hits_by_slot();
+            self.hits_fresh = true;
             let prompt = u64::from(req.prompt_tokens);
             let cached_of =
                 |blocks: u32| (u64::from(blocks) * self.config.block_size as u64).min(prompt);
@@ -620,9 +626,15 @@ impl Scheduler {
         let mut serving = 0;
         let mut candidates: Vec<(&InstanceState, CandidateMetrics)> =
             Vec::with_capacity(self.cms.len());
-        self.index.lookup(&req.block_hashes, now, &mut self.hits);
+        // Under adaptive PD `lean` may have looked the prompt up already: not twice.
+        let fresh = std::mem::take(&mut self.hits_fresh);
+        if !fresh {
+            self.index.lookup(&req.block_hashes, now, &mut self.hits);
+        }
         lap(Lap::PrefixQueried);
-        self.index_hits_by_slot();
+        if !fresh {
+            self.index_hits_by_slot();
+        }
         lap(Lap::HitsCalculated);
         let prompt = req.prompt_tokens as f64;
         let leaning = self
