@@ -22,7 +22,7 @@ made here with `save_pretrained`, sharing the built-in model's tokenizer (prompt
 With --baseline-binary, the same benchmarks run with a second (older) binary in the same run,
 so a change is measured as a ratio on one machine (--rounds N alternates the two N times and
 keeps each one's best); with --profile, Nsight Compute times every
-kernel of a short batch-1 run of the last model (ncu.csv, and a per-kernel summary of the last
+kernel of a short run of the last model at batch --profile-batch (ncu.csv, and a per-kernel summary of the last
 decode step in results.md); with --migration, two CUDA engines on the GPU move greedy requests
 between them mid-stream (`scripts/migration_downtime.py --backend cuda --check-identity`, on the
 first model): the downtime table, and a failure if a moved request's text differs.
@@ -41,6 +41,9 @@ import time
 
 import torch
 import transformers
+
+# Copies of the prompt decoded in one batch by the greedy check.
+GREEDY_COPIES = 256
 
 PROMPT = [17, 230, 5, 99, 412, 7, 650, 31, 2, 88, 300, 141, 9, 702, 56, 3]
 
@@ -164,6 +167,14 @@ def compare(binary, name, path, work):
          ",".join(map(str, PROMPT)), "--greedy-tokens", "32", "--logits-out", logits_file,
          "--max-num-seqs", "8", "--max-num-batched-tokens", "2048", "--max-model-len", "4096"])
     ours = json.loads(run.stdout.strip().splitlines()[-1])["greedy"]
+    # The same prompt decoded as GREEDY_COPIES copies in one batch: large batches take the decode
+    # kernels that compute several query heads a block.
+    batched = run_binary(
+        [binary, "forward", "--backend", "cuda", "--model", path, "--prompt",
+         ",".join(map(str, PROMPT)), "--greedy-tokens", "32", "--greedy-copies",
+         str(GREEDY_COPIES), "--max-num-seqs", str(GREEDY_COPIES), "--max-num-batched-tokens",
+         "8192", "--max-model-len", "4096"])
+    copies = json.loads(batched.stdout.strip().splitlines()[-1])["copies"]
     our_logits = torch.frombuffer(bytearray(open(logits_file, "rb").read()), dtype=torch.float32)
     model = reference(path)
     with torch.no_grad():
@@ -176,17 +187,23 @@ def compare(binary, name, path, work):
     del model
     torch.cuda.empty_cache()
     error = ((our_logits - theirs_logits).norm() / theirs_logits.norm()).item()
-    agree = 0
-    for a, b in zip(ours, theirs):
-        if a != b:
-            break
-        agree += 1
+    def agreeing(tokens):
+        agree = 0
+        for a, b in zip(tokens, theirs):
+            if a != b:
+                break
+            agree += 1
+        return agree
+
+    agree = agreeing(ours)
     def distance(a, b):
         return ((a - b).norm() / b.norm()).item()
 
     result = dict(model=name, logits_relative_error=error, greedy_tokens_agreeing=agree,
                   ours_against_f32=distance(our_logits, exact_logits),
                   transformers_against_f32=distance(theirs_logits, exact_logits),
+                  copies_agreeing_fewest=min(agreeing(c) for c in copies),
+                  copies_as_one=sum(c == ours for c in copies), copies=len(copies),
                   ours=ours, transformers=theirs,
                   meets_issue_goal=error <= 1e-2 and agree == len(theirs))
     # Two bf16 implementations of a deep random-weight model differ from each other by about as
@@ -228,8 +245,8 @@ def bench_switchyard(binary, path, batches):
     return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
 
 
-def profile_kernels(binary, path, out):
-    """Every kernel of a batch-1 run (warm-up and measured prefill, 2 decode steps each) timed by
+def profile_kernels(binary, path, out, batch=1):
+    """Every kernel of a batch-`batch` run (warm-up and measured prefill, 2 decode steps each) timed by
     Nsight Compute; returns the last decode step's kernels as (name, microseconds) summed by
     name, and writes the raw table to ncu.csv."""
     ncu = shutil.which("ncu") or next(iter(glob.glob("/opt/nvidia/nsight-compute/*/ncu")), None)
@@ -240,7 +257,7 @@ def profile_kernels(binary, path, out):
     command = [ncu, "--clock-control", "none", "--cache-control", "none", "--graph-profiling",
                "node", "--metrics",
                "gpu__time_duration.sum", "--csv", "--print-units", "base"]
-    run = subprocess.run(command + forward_bench_command(binary, path, [1], decode_steps=2),
+    run = subprocess.run(command + forward_bench_command(binary, path, [batch], decode_steps=2),
                          capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
     lines = run.stdout.splitlines()
     start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
@@ -269,9 +286,10 @@ def migration_downtime(binary, path):
     run = subprocess.run(
         [sys.executable, script, "--binary", binary, "--model", path, "--backend", "cuda",
          "--engine-args", "--gpu-memory-utilization 0.35", "--lengths", "256,2048,8192",
-         "--trials", "5", "--check-identity",
-         # A GPU step takes about a millisecond: enough tokens that the move happens mid-answer.
-         "--tokens", "512"],
+         "--trials", "3", "--check-identity",
+         # A GPU step takes about 2 ms, and the copy of an 8k context about 0.8 s of them (on an
+         # H100, over loopback): enough tokens that the move ends before the answer does.
+         "--tokens", "1024"],
         capture_output=True, text=True, timeout=2 * STEP_TIMEOUT_S)
     log("migration", run.returncode, run.stdout, run.stderr[-2000:])
     return dict(returncode=run.returncode, table=run.stdout, error=run.stderr[-2000:])
@@ -381,13 +399,17 @@ def markdown(results):
     lines = [f"Device: {results['device']}; roofline {results['bandwidth_gb_s']:.0f} GB/s "
              "(device-to-device copy).", "",
              "| model | logits rel. error vs transformers bf16 | greedy tokens agreeing | "
-             "switchyard vs f32 | transformers bf16 vs f32 | passed |", "|---|---|---|---|---|---|"]
+             "batched copies equal to one / fewest agreeing | "
+             "switchyard vs f32 | transformers bf16 vs f32 | passed |",
+             "|---|---|---|---|---|---|---|"]
     for c in results["checks"]:
         if "error" in c:
-            lines.append(f"| {c['model']} | failed: {c['error'][:200]!r} | | | | False |")
+            lines.append(f"| {c['model']} | failed: {c['error'][:200]!r} | | | | | False |")
             continue
         lines.append(f"| {c['model']} | {c['logits_relative_error']:.2e} | "
-                     f"{c['greedy_tokens_agreeing']} / 32 | {c['ours_against_f32']:.2e} | "
+                     f"{c['greedy_tokens_agreeing']} / 32 | "
+                     f"{c['copies_as_one']} of {c['copies']} / {c['copies_agreeing_fewest']} | "
+                     f"{c['ours_against_f32']:.2e} | "
                      f"{c['transformers_against_f32']:.2e} | {c['passed']} |")
     lines += ["", "| model | batch | switchyard prefill tok/s | switchyard decode tok/s | "
               "transformers prefill tok/s | transformers decode tok/s | decode ratio | "
@@ -420,7 +442,7 @@ def markdown(results):
         lines += ["", f"Migration between two CUDA engines (exit {m['returncode']}):", "",
                   m["table"] or m["error"]]
     if results.get("profile"):
-        lines += ["", "Last batch-1 decode step, kernels timed by ncu:", "",
+        lines += ["", f"Last decode step at batch {results['profile_batch']}, kernels timed by ncu:", "",
                   "| kernel | launches | total us |", "|---|---|---|"]
         lines += [f"| {name} | {count} | {us:.1f} |" for name, count, us in results["profile"]]
         lines.append(f"| all | {sum(r[1] for r in results['profile'])} | "
@@ -459,7 +481,9 @@ def main():
     parser.add_argument("--migration", action="store_true",
                         help="move requests between two CUDA engines on the first model")
     parser.add_argument("--profile", action="store_true",
-                        help="time every kernel of a batch-1 run of the last model with ncu")
+                        help="time every kernel of a short run of the last model with ncu")
+    parser.add_argument("--profile-batch", type=int, default=1,
+                        help="the batch size --profile runs")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.work, exist_ok=True)
@@ -506,7 +530,8 @@ def main():
             if args.migration and name == args.models.split(",")[0]:
                 results["migration"] = migration_downtime(binary, path)
             if args.profile and name == args.models.split(",")[-1]:
-                results["profile"] = profile_kernels(binary, path, args.out)
+                results["profile_batch"] = args.profile_batch
+                results["profile"] = profile_kernels(binary, path, args.out, args.profile_batch)
             results["benchmarks"].append(dict(model=name, switchyard=ours, transformers=theirs,
                                               baseline=runs.get("baseline", []),
                                               batch1_products_floor_ms=floor,

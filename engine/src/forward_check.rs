@@ -3,7 +3,8 @@
 //!
 //! - `--prompt 1,2,3 --logits-out FILE`: prefill the prompt, write the logits of its last
 //!   position (little-endian f32, one per vocabulary entry), then decode `--greedy-tokens`
-//!   tokens greedily and print them as JSON.
+//!   tokens greedily and print them as JSON; with `--greedy-copies N`, N copies of the prompt
+//!   decode in one batch (large batches take other kernel paths) and each copy's tokens print.
 //! - `--bench-batches 1,8,64`: for each batch size, prefill that many `--bench-prompt-len`-token
 //!   prompts, then decode `--bench-decode-steps` steps of the whole batch; print prefill and
 //!   decode tokens per second as JSON lines (each batch size runs once untimed first, to warm up).
@@ -30,6 +31,10 @@ pub struct ForwardArgs {
     /// Greedy tokens to generate after the prompt.
     #[arg(long, default_value_t = 32)]
     pub greedy_tokens: usize,
+    /// Decode the greedy tokens of this many copies of the prompt in one batch (large batches
+    /// take other kernel paths than one sequence does); each copy's tokens are printed.
+    #[arg(long, default_value_t = 1)]
+    pub greedy_copies: usize,
     /// Batch sizes to measure, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub bench_batches: Vec<usize>,
@@ -120,23 +125,7 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         bail!("prompt token {bad} is outside the vocabulary of {vocab}");
     }
     if !args.prompt.is_empty() {
-        let mut seq = [Driven {
-            tokens: args.prompt.clone(),
-            computed: 0,
-            blocks: Vec::new(),
-        }];
-        let mut logits = None;
-        while seq[0].computed < seq[0].tokens.len() {
-            logits = step(
-                backend.as_mut(),
-                &mut seq,
-                &mut blocks,
-                budget,
-                NextToken::Scores,
-            )?
-            .remove(0);
-        }
-        let logits = logits.context("the backend returned no logits for the prompt")?;
+        let (logits, copies) = greedy(backend.as_mut(), &mut blocks, &args, budget)?;
         if let Some(path) = &args.logits_out {
             let bytes: Vec<u8> = logits
                 .values()
@@ -146,23 +135,9 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
             std::fs::write(path, bytes)
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
-        let mut generated = vec![argmax(&logits)];
-        while generated.len() < args.greedy_tokens {
-            seq[0].tokens.push(*generated.last().expect("not empty"));
-            let next = step(
-                backend.as_mut(),
-                &mut seq,
-                &mut blocks,
-                1,
-                NextToken::Argmax,
-            )?
-            .remove(0)
-            .context("no logits for a decode step")?;
-            generated.push(argmax(&next));
-        }
         println!(
             "{}",
-            serde_json::json!({ "prompt": args.prompt, "greedy": generated })
+            serde_json::json!({ "prompt": args.prompt, "greedy": copies[0], "copies": copies })
         );
     }
     for &batch in &args.bench_batches {
@@ -185,6 +160,49 @@ pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Prefills `--greedy-copies` copies of the prompt in one batch and decodes them greedily: the
+/// first copy's last-position logits of the prompt, and each copy's tokens.
+fn greedy(
+    backend: &mut dyn Backend,
+    blocks: &mut Blocks,
+    args: &ForwardArgs,
+    budget: usize,
+) -> anyhow::Result<(crate::sampling::Logits, Vec<Vec<u32>>)> {
+    let copies = args.greedy_copies.max(1);
+    let mut seqs: Vec<Driven> = (0..copies)
+        .map(|_| Driven {
+            tokens: args.prompt.clone(),
+            computed: 0,
+            blocks: Vec::new(),
+        })
+        .collect();
+    // Each step carries a share of the token budget per copy, so the batch stays within it.
+    let chunk = (budget / copies).max(1);
+    let mut last = Vec::new();
+    while seqs[0].computed < seqs[0].tokens.len() {
+        last = step(backend, &mut seqs, blocks, chunk, NextToken::Scores)?;
+    }
+    let first = last
+        .first()
+        .cloned()
+        .flatten()
+        .context("the backend returned no logits for the prompt")?;
+    let mut generated: Vec<Vec<u32>> = last
+        .iter()
+        .map(|l| l.as_ref().map(argmax).into_iter().collect())
+        .collect();
+    while generated[0].len() < args.greedy_tokens {
+        for (seq, tokens) in seqs.iter_mut().zip(&generated) {
+            seq.tokens.push(*tokens.last().context("a copy got no token")?);
+        }
+        let next = step(backend, &mut seqs, blocks, 1, NextToken::Argmax)?;
+        for (tokens, logits) in generated.iter_mut().zip(next) {
+            tokens.push(argmax(&logits.context("no logits for a decode step")?));
+        }
+    }
+    Ok((first, generated))
 }
 
 /// Prefills `batch` prompts and decodes them for the measured number of steps; the seconds each
@@ -225,4 +243,49 @@ fn measure_batch(
         }
     }
     Ok((prefill, started.elapsed().as_secs_f64()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        forward: ForwardArgs,
+    }
+
+    #[test]
+    fn copies_in_one_batch_decode_what_one_sequence_does() {
+        let args = |copies: &str| {
+            Cli::parse_from([
+                "forward",
+                "--backend",
+                "cpu",
+                "--prompt",
+                "17,230,5,99,412,7",
+                "--greedy-tokens",
+                "5",
+                "--greedy-copies",
+                copies,
+            ])
+            .forward
+        };
+        let decode = |args: &ForwardArgs| {
+            let parts = args.engine.build(1).unwrap().pop().unwrap();
+            let mut backend = parts.backend;
+            let mut blocks = Blocks {
+                next: 0,
+                total: parts.core.num_blocks,
+                block_size: parts.core.block_size,
+            };
+            let budget = parts.core.max_num_batched_tokens;
+            greedy(backend.as_mut(), &mut blocks, args, budget).unwrap().1
+        };
+        let one = decode(&args("1"));
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].len(), 5);
+        assert_eq!(decode(&args("3")), vec![one[0].clone(); 3]);
+    }
 }
