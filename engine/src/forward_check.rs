@@ -106,21 +106,43 @@ fn argmax(logits: &crate::sampling::Logits) -> u32 {
     crate::sampling::sample(logits.clone(), &SamplingParams::greedy(), &[], &[], 0).token
 }
 
+/// One instance of the backend `args` name, driven by hand.
+struct Driver {
+    backend: Box<dyn Backend>,
+    blocks: Blocks,
+    /// Tokens a step may carry.
+    budget: usize,
+    vocab: usize,
+}
+
+impl Driver {
+    fn start(args: &ForwardArgs) -> anyhow::Result<Self> {
+        let parts = args
+            .engine
+            .build(1)?
+            .pop()
+            .expect("one instance was asked for");
+        Ok(Self {
+            blocks: Blocks {
+                next: 0,
+                total: parts.core.num_blocks,
+                block_size: parts.core.block_size,
+            },
+            budget: parts.core.max_num_batched_tokens,
+            vocab: parts.tokenizer.vocab_size().max(2),
+            backend: parts.backend,
+        })
+    }
+}
+
 /// Runs `switchyard forward`.
 pub fn run(args: ForwardArgs) -> anyhow::Result<()> {
-    let parts = args
-        .engine
-        .build(1)?
-        .pop()
-        .expect("one instance was asked for");
-    let mut backend = parts.backend;
-    let mut blocks = Blocks {
-        next: 0,
-        total: parts.core.num_blocks,
-        block_size: parts.core.block_size,
-    };
-    let budget = parts.core.max_num_batched_tokens;
-    let vocab = parts.tokenizer.vocab_size().max(2);
+    let Driver {
+        mut backend,
+        mut blocks,
+        budget,
+        vocab,
+    } = Driver::start(&args)?;
     if let Some(bad) = args.prompt.iter().find(|&&t| t as usize >= vocab) {
         bail!("prompt token {bad} is outside the vocabulary of {vocab}");
     }
@@ -195,7 +217,8 @@ fn greedy(
         .collect();
     while generated[0].len() < args.greedy_tokens {
         for (seq, tokens) in seqs.iter_mut().zip(&generated) {
-            seq.tokens.push(*tokens.last().context("a copy got no token")?);
+            seq.tokens
+                .push(*tokens.last().context("a copy got no token")?);
         }
         let next = step(backend, &mut seqs, blocks, 1, NextToken::Argmax)?;
         for (tokens, logits) in generated.iter_mut().zip(next) {
@@ -273,15 +296,10 @@ mod tests {
             .forward
         };
         let decode = |args: &ForwardArgs| {
-            let parts = args.engine.build(1).unwrap().pop().unwrap();
-            let mut backend = parts.backend;
-            let mut blocks = Blocks {
-                next: 0,
-                total: parts.core.num_blocks,
-                block_size: parts.core.block_size,
-            };
-            let budget = parts.core.max_num_batched_tokens;
-            greedy(backend.as_mut(), &mut blocks, args, budget).unwrap().1
+            let mut d = Driver::start(args).unwrap();
+            greedy(d.backend.as_mut(), &mut d.blocks, args, d.budget)
+                .unwrap()
+                .1
         };
         let one = decode(&args("1"));
         assert_eq!(one.len(), 1);
