@@ -88,10 +88,8 @@ pub struct CandidateMetrics {
     /// Predicted time per output token of the instance's other requests if this one goes
     /// elsewhere, seconds.
     pub predicted_tpot_before: f64,
-    /// Seconds each of the instance's requests waits longer if it comes...
+    /// Seconds each of the instance's requests waits longer if it comes.
     pub delay_each: f64,
-    /// ...of which this many while its prompt is computed (one wait, not a slower step).
-    pub prefill_wait_each: f64,
     /// Tokens of the shortest answer among the requests this scheduler placed there that are
     /// still live (0: none known).
     pub shortest_answer: f64,

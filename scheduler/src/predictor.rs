@@ -221,9 +221,6 @@ pub struct TpotOutlook {
     /// Seconds each request there waits longer if it comes: its prompt's compute, and its
     /// share of every step while it decodes, both stretched by the prefill sharing the steps.
     pub delay_each: f64,
-    /// The part of `delay_each` that is its prompt's compute: one wait, where the rest is a
-    /// little more time for every token.
-    pub prefill_wait_each: f64,
 }
 
 /// Predicted seconds per output token: a decode step's time (the batch, and the request's own
@@ -251,7 +248,6 @@ pub fn predict_tpot(fit: &StepTimeFit, q: &QueueShape) -> TpotOutlook {
         own: decode_after * stretch(queued),
         others_before: decode_before * stretch(queued),
         delay_each: (own_prefill + q.output_tokens * extra_step) * stretch(queued),
-        prefill_wait_each: own_prefill * stretch(queued),
     }
 }
 
@@ -389,7 +385,6 @@ mod tests {
         let quiet = predict_tpot(&fit, &q);
         assert!(quiet.own > quiet.others_before && quiet.others_before > 0.0);
         assert!(quiet.delay_each > 0.0, "one more sequence in every step");
-        assert_eq!(quiet.prefill_wait_each, 0.0, "no prompt of its own to compute");
         let pressed = predict_tpot(
             &fit,
             &QueueShape {
@@ -425,17 +420,5 @@ mod tests {
         );
         assert!(prompts.others_before > 1.5 * quiet.others_before);
         assert!(prompts.delay_each > 10.0 * quiet.delay_each);
-        // Its own prompt to compute, nothing queued: the delay is that wait plus the quiet
-        // instance's one more sequence in every step.
-        let own = predict_tpot(
-            &fit,
-            &QueueShape {
-                own_prefill: 10_000.0,
-                ..q
-            },
-        );
-        assert!(own.prefill_wait_each > 0.0);
-        let steps = own.delay_each - own.prefill_wait_each;
-        assert!((steps - quiet.delay_each).abs() < 1e-12);
     }
 }

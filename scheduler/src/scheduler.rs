@@ -1037,6 +1037,5 @@ fn candidate_metrics(
     m.predicted_tpot = tpot.own;
     m.predicted_tpot_before = tpot.others_before;
     m.delay_each = tpot.delay_each;
-    m.prefill_wait_each = tpot.prefill_wait_each;
     m
 }

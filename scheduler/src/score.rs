@@ -42,19 +42,16 @@ impl Slos {
     }
 }
 
-/// A prompt's compute is one wait for every request on its instance, which an answer feels
-/// spread over its tokens: `w` seconds add `w / n` to the time per output token of an answer of
-/// `n` tokens. Weighed as end-to-end time alone, one long prompt's wait counts the same on an
-/// instance of short answers as on one of long answers. On a trace whose prompts share nothing
-/// (Azure conversation) the long prompts then gathered on the instances with the fewest
-/// requests, which are those of short answers (mean answer 100 tokens there, 206 where the short
-/// prompts went), and the 1% slowest answers were theirs (P99 TPOT 64.6 ms, cache-aware's 58.1).
+/// A delay to every step of an instance weighs on each answer there by its length: `w` seconds
+/// add `w / n` to the time per output token of an answer of `n` tokens. Weighed against the
+/// whole request's end-to-end time alone, one long prompt's delay counts the same on an instance
+/// of short answers as on one of long answers. On a trace whose prompts share nothing (Azure
+/// conversation) the long prompts then gathered on the instances with the fewest requests, which
+/// are those of short answers (mean answer 100 tokens there, 206 where the short prompts went),
+/// and the 1% slowest answers were theirs (P99 TPOT 64.6 ms, cache-aware's 58.1).
 ///
-/// So for the prompt's wait an answer of `n` tokens counts `DELAY_WEIGHT_TOKENS / n` requests'
-/// worth (one for an answer of that length), at most `MOST_DELAY_WEIGHT`. The rest of the delay
-/// a request brings, its share of every step while it decodes, is a slower step for every token
-/// and counts one a request (weighed too, it let shared-prefix's decode batches grow until their
-/// TPOT sat at the objective: 163 req/s inside the SLOs at 338 offered, against 250).
+/// So an answer of `n` tokens counts `DELAY_WEIGHT_TOKENS / n` requests' worth of the delay
+/// (one for an answer of that length), at most `MOST_DELAY_WEIGHT`.
 const DELAY_WEIGHT_TOKENS: f64 = 50.0;
 const MOST_DELAY_WEIGHT: f64 = 4.0;
 
@@ -67,14 +64,11 @@ pub fn delay_weight(tokens: u32) -> f64 {
 /// request generating `output_tokens`, in a cluster whose instances hold `load` requests on
 /// average.
 pub fn score(m: &mut CandidateMetrics, slos: Slos, output_tokens: f64, load: f64) {
-    // The prompt's compute is one wait, which an answer feels spread over its tokens; requests
-    // there whose answer length is not known weigh one each. The rest of the delay is a slower
-    // step for every token of every request.
+    // Requests there whose answer length is not known weigh one each.
     let weighed_requests = (m.requests - m.answers).max(0.0) + m.answers_weight;
     let mut added = m.predicted_ttft
         + output_tokens.max(1.0) * m.predicted_tpot
-        + weighed_requests * m.prefill_wait_each
-        + m.requests * (m.delay_each - m.prefill_wait_each)
+        + weighed_requests * m.delay_each
         + m.prefill_seconds * load;
     if m.kv_overflow {
         // Someone there is preempted and computes its prompt again, delaying every decode.
@@ -117,31 +111,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_prompts_wait_weighs_on_short_answers_more_than_on_long_ones() {
+    fn a_delay_weighs_on_short_answers_more_than_on_long_ones() {
         assert_eq!(delay_weight(50), 1.0);
         assert_eq!(delay_weight(500), 0.1);
         assert_eq!(delay_weight(2), MOST_DELAY_WEIGHT);
-        // Two instances of 10 requests each, a long prompt delaying each of them 0.2 s while it
-        // is computed: one of 20-token answers, one of 500-token answers. The second is where
-        // it adds less.
-        let added = |answer: u32, answers: f64, prefill_wait_each: f64| {
+        // Two instances of 10 requests each, a long prompt delaying each of them 0.2 s: one of
+        // 20-token answers, one of 500-token answers. The second is where it adds less.
+        let with = |answer: u32| {
             let mut m = CandidateMetrics {
                 requests: 10.0,
-                answers,
-                answers_weight: answers * delay_weight(answer),
+                answers: 10.0,
+                answers_weight: 10.0 * delay_weight(answer),
                 delay_each: 0.2,
-                prefill_wait_each,
                 ..Default::default()
             };
             score(&mut m, Slos::default(), 100.0, 1.0);
             m.added_latency
         };
-        assert!(added(500, 10.0, 0.2) < added(20, 10.0, 0.2));
-        // Requests whose length is not known weigh one each: 10 x 0.2 s.
-        assert!((added(20, 0.0, 0.2) - 2.0).abs() < 1e-9);
-        // A slower step (no prompt to wait for) slows every token of every request alike.
-        assert!((added(500, 10.0, 0.0) - added(20, 10.0, 0.0)).abs() < 1e-9);
-        assert!((added(500, 10.0, 0.0) - 2.0).abs() < 1e-9);
+        assert!(with(500) < with(20), "{} {}", with(500), with(20));
+        // Requests whose length is not known weigh one each.
+        let mut unknown = CandidateMetrics {
+            requests: 10.0,
+            delay_each: 0.2,
+            ..Default::default()
+        };
+        score(&mut unknown, Slos::default(), 100.0, 1.0);
+        assert!((unknown.added_latency - 2.0).abs() < 1e-9);
     }
 
     #[test]
