@@ -4,10 +4,8 @@
 //! without this account a burst would land on the instance that looked idle. A dispatch is
 //! counted against its instance until the engine reports it admitted, the gateway releases it,
 //! or it expires. Until it is released, its answer's length also stays known by instance
-//! ([`Live::shortest_answer`], [`Live::answers_weight`]): engines do not report how long their
-//! requests' answers are.
+//! ([`Live::shortest_answer`]): engines do not report how long their requests' answers are.
 
-use crate::score::delay_weight;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -56,11 +54,6 @@ pub struct Live {
     /// length: the request whose time per output token one more prompt's prefill would raise
     /// the most.
     pub shortest_answer: Option<u32>,
-    /// How many of the requests live there said their answer's length (two tokens or more)...
-    pub answers: u32,
-    /// ...and what a delay to all of them weighs, in requests (the sum of
-    /// [`delay_weight`] over their lengths).
-    pub answers_weight: f64,
 }
 
 /// One instance's account of its dispatches; dropped once it holds none.
@@ -71,15 +64,6 @@ struct Account {
     /// The answer lengths of its live dispatches, reported or not, of two tokens or more (a
     /// multiset: length to count).
     answers: BTreeMap<u32, u32>,
-    /// How many they are, and the sum of their [`delay_weight`]s in millionths (integers, so
-    /// that taking an answer out leaves exactly what was there before it came).
-    answers_count: u32,
-    answers_weight: u64,
-}
-
-/// [`delay_weight`] of an answer of `tokens`, in millionths.
-fn weight_millionths(tokens: u32) -> u64 {
-    (delay_weight(tokens) * 1e6).round() as u64
 }
 
 impl Account {
@@ -110,8 +94,6 @@ impl Lrs {
         // to protect.
         if dispatch.answer_tokens >= 2 {
             *account.answers.entry(dispatch.answer_tokens).or_default() += 1;
-            account.answers_count += 1;
-            account.answers_weight += weight_millionths(dispatch.answer_tokens);
         }
         self.dispatches.insert(request_id.to_string(), dispatch);
     }
@@ -131,8 +113,6 @@ impl Lrs {
         if answer {
             if let Some(count) = account.answers.get_mut(&d.answer_tokens) {
                 *count -= 1;
-                account.answers_count -= 1;
-                account.answers_weight -= weight_millionths(d.answer_tokens);
                 if *count == 0 {
                     account.answers.remove(&d.answer_tokens);
                 }
@@ -209,8 +189,6 @@ impl Lrs {
             .map_or_else(Live::default, |account| Live {
                 in_flight: account.in_flight,
                 shortest_answer: account.answers.keys().next().copied(),
-                answers: account.answers_count,
-                answers_weight: account.answers_weight as f64 / 1e6,
             })
     }
 
@@ -328,9 +306,6 @@ mod tests {
         );
         lrs.release("c");
         assert_eq!(lrs.live("i1").shortest_answer, Some(300));
-        // a (300 tokens) is the one answer of known length left on i1 (e: unknown, f: one token).
-        assert_eq!(lrs.live("i1").answers, 1);
-        assert!((lrs.live("i1").answers_weight - delay_weight(300)).abs() < 1e-6);
         // Dispatched again elsewhere: counted once, where it went last.
         lrs.dispatch(
             "a",
@@ -340,14 +315,7 @@ mod tests {
             },
         );
         assert_eq!(lrs.live("i1").shortest_answer, None);
-        assert_eq!(
-            (lrs.live("i1").answers, lrs.live("i1").answers_weight),
-            (0, 0.0)
-        );
         assert_eq!(lrs.live("i2").shortest_answer, Some(2));
-        assert_eq!(lrs.live("i2").answers, 2);
-        let weight = delay_weight(2) + delay_weight(300);
-        assert!((lrs.live("i2").answers_weight - weight).abs() < 1e-6);
         lrs.remove_instance("i2");
         assert_eq!(lrs.live("i2").shortest_answer, None);
     }

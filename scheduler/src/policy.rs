@@ -93,10 +93,6 @@ pub struct CandidateMetrics {
     /// Tokens of the shortest answer among the requests this scheduler placed there that are
     /// still live (0: none known).
     pub shortest_answer: f64,
-    /// Requests there whose answer length is known (two tokens or more), and what a delay to
-    /// all of them weighs, in requests ([`crate::score::delay_weight`]).
-    pub answers: f64,
-    pub answers_weight: f64,
     /// Predicted seconds of this request's own uncached prefill on an idle instance.
     pub prefill_seconds: f64,
     /// Whether the instance's KV cache would overflow with this request (someone would be

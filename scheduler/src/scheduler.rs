@@ -994,8 +994,6 @@ fn candidate_metrics(
         cached_tokens: ask.cached,
         uncached_tokens: uncached,
         shortest_answer: live.shortest_answer.map_or(0.0, f64::from),
-        answers: f64::from(live.answers),
-        answers_weight: live.answers_weight,
         kv_overflow: match usage_alone {
             Some(usage) => usage >= 1.0,
             None => projected_kv + ask.prompt + ask.output > total,

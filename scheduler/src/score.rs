@@ -7,9 +7,8 @@
 //!   live there over the TPOT objective. The request goes where the fewest miss.
 //! - Then (and alone, without SLOs) the latency the placement adds: the request's own predicted
 //!   end-to-end time; what its prompt's compute and its share of every step add to each request
-//!   there, stretched by the prefill already sharing those steps and weighed by how long each
-//!   one's answer is ([`delay_weight`]); and the GPU time its uncached prompt takes from the
-//!   cluster, which the requests an instance holds on average wait for.
+//!   there, stretched by the prefill already sharing those steps; and the GPU time its uncached
+//!   prompt takes from the cluster, which the requests an instance holds on average wait for.
 //!
 //! The requests already running are protected by the added latency, not by counting how many of
 //! them a placement would push past their TPOT SLO: as a step function on predictions that are
@@ -42,33 +41,13 @@ impl Slos {
     }
 }
 
-/// A delay to every step of an instance weighs on each answer there by its length: `w` seconds
-/// add `w / n` to the time per output token of an answer of `n` tokens. Weighed against the
-/// whole request's end-to-end time alone, one long prompt's delay counts the same on an instance
-/// of short answers as on one of long answers. On a trace whose prompts share nothing (Azure
-/// conversation) the long prompts then gathered on the instances with the fewest requests, which
-/// are those of short answers (mean answer 100 tokens there, 206 where the short prompts went),
-/// and the 1% slowest answers were theirs (P99 TPOT 64.6 ms, cache-aware's 58.1).
-///
-/// So an answer of `n` tokens counts `DELAY_WEIGHT_TOKENS / n` requests' worth of the delay
-/// (one for an answer of that length), at most `MOST_DELAY_WEIGHT`.
-const DELAY_WEIGHT_TOKENS: f64 = 50.0;
-const MOST_DELAY_WEIGHT: f64 = 4.0;
-
-/// What a delay to every step weighs on an answer of `tokens`, in requests.
-pub fn delay_weight(tokens: u32) -> f64 {
-    (DELAY_WEIGHT_TOKENS / f64::from(tokens.max(1))).min(MOST_DELAY_WEIGHT)
-}
-
 /// Fills in `violations` and `added_latency` of a candidate whose predictions are made, for a
 /// request generating `output_tokens`, in a cluster whose instances hold `load` requests on
 /// average.
 pub fn score(m: &mut CandidateMetrics, slos: Slos, output_tokens: f64, load: f64) {
-    // Requests there whose answer length is not known weigh one each.
-    let weighed_requests = (m.requests - m.answers).max(0.0) + m.answers_weight;
     let mut added = m.predicted_ttft
         + output_tokens.max(1.0) * m.predicted_tpot
-        + weighed_requests * m.delay_each
+        + m.requests * m.delay_each
         + m.prefill_seconds * load;
     if m.kv_overflow {
         // Someone there is preempted and computes its prompt again, delaying every decode.
@@ -109,35 +88,6 @@ fn misses_own(m: &CandidateMetrics, slos: Slos) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_delay_weighs_on_short_answers_more_than_on_long_ones() {
-        assert_eq!(delay_weight(50), 1.0);
-        assert_eq!(delay_weight(500), 0.1);
-        assert_eq!(delay_weight(2), MOST_DELAY_WEIGHT);
-        // Two instances of 10 requests each, a long prompt delaying each of them 0.2 s: one of
-        // 20-token answers, one of 500-token answers. The second is where it adds less.
-        let with = |answer: u32| {
-            let mut m = CandidateMetrics {
-                requests: 10.0,
-                answers: 10.0,
-                answers_weight: 10.0 * delay_weight(answer),
-                delay_each: 0.2,
-                ..Default::default()
-            };
-            score(&mut m, Slos::default(), 100.0, 1.0);
-            m.added_latency
-        };
-        assert!(with(500) < with(20), "{} {}", with(500), with(20));
-        // Requests whose length is not known weigh one each.
-        let mut unknown = CandidateMetrics {
-            requests: 10.0,
-            delay_each: 0.2,
-            ..Default::default()
-        };
-        score(&mut unknown, Slos::default(), 100.0, 1.0);
-        assert!((unknown.added_latency - 2.0).abs() < 1e-9);
-    }
 
     #[test]
     fn a_wait_that_alone_puts_the_shortest_live_answer_over_the_tpot_objective_is_a_miss() {
