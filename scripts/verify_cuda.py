@@ -12,7 +12,9 @@ made here with `save_pretrained`, sharing the built-in model's tokenizer (prompt
    the logits of a prompt's last position (relative L2 error, goal <= 1e-2 in bf16) and the first
    32 greedy tokens, switchyard against transformers on the same weights; and both bf16 runs
    against transformers in f32 on those weights (a check passes when switchyard is within 10% of
-   transformers' own bf16 distance from the exact answer, or within 1e-2 of it).
+   transformers' own bf16 distance from the exact answer, or within 1e-2 of it). The greedy
+   tokens are also decoded for 256 copies of the prompt in one batch (the large-batch kernel
+   paths), reported as how many copies equal the single run.
 2. Throughput: prefill and decode tokens/s at batch 1, 8, 64 and 256 for the Qwen3-0.6B,
    Llama-3.2-1B and Llama-3.1-8B shapes (`switchyard forward --bench-batches`), beside
    transformers' `generate` (bf16, static cache), and the memory-bandwidth roofline measured
