@@ -473,11 +473,14 @@ impl SchedulerMetrics {
 
     /// Sets an instance's CMS and LRS gauges to its state now, under the role it plays now.
     pub fn on_instance(&self, view: &InstanceView) {
-        let was = self
-            .roles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(view.meta.id.clone(), view.role);
+        // Every status refresh comes here: the instance's name is copied only the first time.
+        let was = {
+            let mut roles = self.roles.lock().unwrap_or_else(|p| p.into_inner());
+            match roles.get_mut(&view.meta.id) {
+                Some(role) => Some(std::mem::replace(role, view.role)),
+                None => roles.insert(view.meta.id.clone(), view.role),
+            }
+        };
         if let Some(was) = was.filter(|&was| was != view.role) {
             self.remove_gauges(&view.meta, was);
         }
