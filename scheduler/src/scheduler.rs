@@ -566,6 +566,8 @@ impl Scheduler {
                 || slos
                     .tpot
                     .is_none_or(|tpot| m.predicted_tpot_before + m.delay_each / left <= tpot);
+            // No miss at all, not even a TTFT predicted within the margin under its objective:
+            // such a prompt is long enough to be worth the prefill side.
             if m.violations == 0.0 && decodes_keep {
                 return Some(true);
             }
@@ -685,7 +687,9 @@ impl Scheduler {
             for c in &mut candidates {
                 score(&mut c.1, slos, req.max_tokens as f64, load);
             }
-            if self.config.slo_admission && candidates.iter().all(|c| c.1.violations > 0.0) {
+            // Refused only where every instance would put someone outside the SLOs: a TTFT
+            // predicted just inside its objective is a share of a miss, not a miss.
+            if self.config.slo_admission && candidates.iter().all(|c| c.1.violations >= 1.0) {
                 return Err(ScheduleError::AllEndpointsBusy);
             }
         }

@@ -550,6 +550,52 @@ fn slo_admission_answers_no_capacity_when_every_tpot_is_over() {
 }
 
 #[test]
+fn slo_admission_takes_a_request_predicted_just_inside_its_ttft_objective() {
+    let admitting = |ttft: Option<f64>| {
+        let mut s = Scheduler::new(
+            SchedulerConfig {
+                policy: Policy::Predictive,
+                slos: Slos { ttft, tpot: None },
+                slo_admission: true,
+                ..Default::default()
+            },
+            1,
+        );
+        s.add_instance(InstanceMeta {
+            id: "i0".into(),
+            endpoint: "http://x".into(),
+            model: "m".into(),
+            role: InferStage::Neutral,
+            kind: EngineKind::Switchyard,
+        });
+        s.on_status("i0", idle(), 0.0);
+        s
+    };
+    let prompt: Vec<u32> = (0..4096).collect();
+    let predicted = admitting(None)
+        .schedule(&request("probe", &prompt), 0.1)
+        .unwrap()
+        .decision
+        .predicted_ttft_ms
+        .unwrap()
+        / 1000.0;
+    // At 0.97 of the objective: inside it, within the margin, so a share of a miss.
+    let placed = admitting(Some(predicted / 0.97))
+        .schedule(&request("a", &prompt), 0.1)
+        .unwrap();
+    assert!(
+        placed.metrics.violations > 0.0 && placed.metrics.violations < 1.0,
+        "{:?}",
+        placed.metrics
+    );
+    // Over it: refused.
+    assert_eq!(
+        admitting(Some(predicted / 1.05)).schedule(&request("b", &prompt), 0.1),
+        Err(ScheduleError::AllEndpointsBusy)
+    );
+}
+
+#[test]
 fn removing_an_instance_drops_its_index_entries_and_dispatches() {
     let mut s = cluster(Policy::CacheAware, 2);
     let prompt: Vec<u32> = (0..64).collect();
