@@ -521,15 +521,12 @@ fn reported_dispatches_stop_counting_and_release_frees_them() {
         .all(|v| v.in_flight.requests == 0));
 }
 
-#[test]
-fn slo_admission_answers_no_capacity_when_every_tpot_is_over() {
+/// A predictive scheduler with `slos` and `--slo-admission`, over one idle instance.
+fn admitting(slos: Slos) -> Scheduler {
     let mut s = Scheduler::new(
         SchedulerConfig {
             policy: Policy::Predictive,
-            slos: Slos {
-                ttft: None,
-                tpot: Some(0.001),
-            },
+            slos,
             slo_admission: true,
             ..Default::default()
         },
@@ -543,6 +540,15 @@ fn slo_admission_answers_no_capacity_when_every_tpot_is_over() {
         kind: EngineKind::Switchyard,
     });
     s.on_status("i0", idle(), 0.0);
+    s
+}
+
+#[test]
+fn slo_admission_answers_no_capacity_when_every_tpot_is_over() {
+    let mut s = admitting(Slos {
+        ttft: None,
+        tpot: Some(0.001),
+    });
     assert_eq!(
         s.schedule(&request("a", &[1]), 0.1),
         Err(ScheduleError::AllEndpointsBusy)
@@ -551,26 +557,7 @@ fn slo_admission_answers_no_capacity_when_every_tpot_is_over() {
 
 #[test]
 fn slo_admission_takes_a_request_predicted_just_inside_its_ttft_objective() {
-    let admitting = |ttft: Option<f64>| {
-        let mut s = Scheduler::new(
-            SchedulerConfig {
-                policy: Policy::Predictive,
-                slos: Slos { ttft, tpot: None },
-                slo_admission: true,
-                ..Default::default()
-            },
-            1,
-        );
-        s.add_instance(InstanceMeta {
-            id: "i0".into(),
-            endpoint: "http://x".into(),
-            model: "m".into(),
-            role: InferStage::Neutral,
-            kind: EngineKind::Switchyard,
-        });
-        s.on_status("i0", idle(), 0.0);
-        s
-    };
+    let admitting = |ttft: Option<f64>| admitting(Slos { ttft, tpot: None });
     let prompt: Vec<u32> = (0..4096).collect();
     let predicted = admitting(None)
         .schedule(&request("probe", &prompt), 0.1)
