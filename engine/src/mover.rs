@@ -254,7 +254,7 @@ async fn copy_and_commit(
         if moved.is_some() {
             *suspended_at = Some(Instant::now());
         }
-        let mut cursor = from + first.chunk.num_blocks;
+        let mut cursor = from + first.num_blocks;
         send(&instance.mover, peer, ticket, first, sent).await?;
         while cursor < stage_end {
             let suspend = if moved.is_some() {
@@ -265,10 +265,10 @@ async fn copy_and_commit(
             let next = instance
                 .export_kv(p.seq, cursor, chunk_blocks.min(stage_end - cursor), suspend)
                 .await?;
-            if next.chunk.num_blocks == 0 {
+            if next.num_blocks == 0 {
                 break;
             }
-            cursor += next.chunk.num_blocks;
+            cursor += next.num_blocks;
             moved = next.moved.clone().or(moved);
             send(&instance.mover, peer, ticket, next, sent).await?;
         }
@@ -298,12 +298,14 @@ async fn send(
         };
         tokio::time::sleep_until(done).await;
     }
-    if exported.chunk.num_blocks == 0 {
+    if exported.num_blocks == 0 {
         return Ok(());
     }
-    sent.blocks += exported.chunk.num_blocks;
-    sent.bytes += exported.chunk.bytes.len() as u64;
-    peer.put_chunk(ticket, exported.chunk).await
+    sent.blocks += exported.num_blocks;
+    sent.bytes += exported.bytes.len() as u64;
+    // Summed here rather than in the export, which holds the engine's step loop.
+    let chunk = KvChunk::new(exported.first_block, exported.num_blocks, exported.bytes);
+    peer.put_chunk(ticket, chunk).await
 }
 
 /// The destination engine, over HTTP.

@@ -58,8 +58,13 @@ pub enum Suspend {
 /// One export of a move's KV.
 #[derive(Debug)]
 pub struct Exported {
-    /// The blocks' bytes.
-    pub chunk: KvChunk,
+    /// Index of the first block exported among the sequence's blocks.
+    pub first_block: usize,
+    /// Blocks exported.
+    pub num_blocks: usize,
+    /// Their bytes, not yet checksummed: the sender sums them off the step loop
+    /// ([`KvChunk::new`]).
+    pub bytes: Vec<u8>,
     /// Tokens whose KV is computed now.
     pub computed: usize,
     /// Blocks holding computed tokens now (the last may be partly filled).
@@ -531,7 +536,9 @@ impl Driver {
         });
         self.metrics.on_kv_moved("out", bytes.len() as u64);
         Ok(Exported {
-            chunk: KvChunk::new(from_block, sent.len(), bytes),
+            first_block: from_block,
+            num_blocks: sent.len(),
+            bytes,
             computed,
             blocks_computed,
             moved: self.core.in_transit(seq),
