@@ -1,7 +1,7 @@
 //! `switchyard sim`: the workload replayed on a simulated cluster (see [`crate::cluster`]) for
 //! each placement policy and rate asked for, summarized like `switchyard bench`.
 
-use crate::cluster::{Cluster, ClusterConfig, Rescheduling};
+use crate::cluster::{ClientMaxTokens, Cluster, ClusterConfig, Rescheduling};
 use crate::report::{markdown, progress_bar, write_results, RunResult};
 use crate::stats::{quantile, summarize, Slo};
 use crate::suite_args::SuiteArgs;
@@ -71,6 +71,11 @@ pub struct SimArgs {
     /// prefix a decode-leaning instance holds are disaggregated.
     #[arg(long, default_value_t = AdaptivePd::default().long_prompt)]
     pub pd_long_prompt: u32,
+    /// The `max_tokens` clients send: `exact` (each answer's length, as benchmark clients do),
+    /// `none` (as most chat clients do), or a cap in tokens that answers end under. Engines
+    /// generate the workload's answer lengths either way; this is what the scheduler knows.
+    #[arg(long, default_value = "exact")]
+    pub client_max_tokens: ClientMaxTokens,
     /// What to replay.
     #[command(flatten)]
     pub workload: WorkloadArgs,
@@ -147,6 +152,7 @@ impl SimArgs {
                 long_prompt: self.pd_long_prompt,
                 ..AdaptivePd::default()
             }),
+            client_max_tokens: self.client_max_tokens,
         })
     }
 }

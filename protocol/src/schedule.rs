@@ -87,6 +87,9 @@ pub struct Observed {
     /// What became of its prefill/decode hand-off, when its placement asked for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hand_off: Option<HandOffOutcome>,
+    /// Tokens of its answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u32>,
 }
 
 /// What became of a prefill/decode hand-off: the `outcome` of `scheduler_pd_handoff_total`.
@@ -288,7 +291,8 @@ mod tests {
     fn a_released_request_is_a_bare_id_or_an_id_with_what_its_client_saw() {
         let req: ScheduleRequest = serde_json::from_str(
             r#"{"request_id": "r", "model": "m", "prompt_tokens": 3,
-                "released": ["a", {"request_id": "b", "ttft_ms": 120.5, "tpot_ms": 21}]}"#,
+                "released": ["a", {"request_id": "b", "ttft_ms": 120.5, "tpot_ms": 21,
+                "output_tokens": 7}]}"#,
         )
         .unwrap();
         assert_eq!(req.released[0], Released::from("a"));
@@ -300,6 +304,7 @@ mod tests {
                     ttft_ms: Some(120.5),
                     tpot_ms: Some(21.0),
                     hand_off: None,
+                    output_tokens: Some(7),
                 }
             }
         );

@@ -20,6 +20,7 @@
 //! runs behind the HTTP service and under the cluster simulator's virtual clock.
 
 pub mod adaptive_pd;
+pub mod answer_length;
 pub mod cms;
 pub mod launcher;
 pub mod lrs;

@@ -29,9 +29,11 @@ pub struct Dispatch {
     pub predicted_ttft: f64,
     /// The time per output token predicted for it there, seconds.
     pub predicted_tpot: f64,
-    /// The tokens its answer will have at most (its `max_tokens`; 0 when the client did not
-    /// say).
+    /// The tokens its answer is expected to have (see [`crate::answer_length`]; 0 when
+    /// nothing is known).
     pub answer_tokens: u32,
+    /// The `max_tokens` its client sent (0: none).
+    pub max_tokens: u32,
 }
 
 /// Unreported dispatches of one instance.
@@ -223,6 +225,7 @@ mod tests {
             predicted_ttft: 0.0,
             predicted_tpot: 0.0,
             answer_tokens: 100,
+            max_tokens: 100,
         }
     }
 
@@ -277,6 +280,7 @@ mod tests {
         let mut lrs = Lrs::default();
         let with_answer = |tokens: u32| Dispatch {
             answer_tokens: tokens,
+            max_tokens: tokens,
             ..d("i1", 0.0, None)
         };
         lrs.dispatch("a", with_answer(300));

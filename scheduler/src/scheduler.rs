@@ -1,6 +1,7 @@
 //! The scheduler: CMS, LRS, prefix index and predictor behind schedule / release / report.
 
 use crate::adaptive_pd::{AdaptivePd, Leaning};
+use crate::answer_length::AnswerLengths;
 use crate::cms::{Cms, EngineKind, InstanceMeta, InstanceState};
 use crate::lrs::{Dispatch, InFlight, Live, Lrs};
 use crate::pd_split::Cluster as SplitCluster;
@@ -123,6 +124,8 @@ pub struct Placement {
     pub metrics: CandidateMetrics,
     /// The best cached share of the prompt over all candidates, 0 to 1.
     pub best_hit_ratio: f64,
+    /// The tokens its answer was expected to have (see [`crate::answer_length`]).
+    pub answer_tokens: f64,
 }
 
 /// An instance as `GET /v1/instances` shows it.
@@ -167,6 +170,10 @@ pub struct Scheduler {
     gateways_seen: FxHashMap<String, f64>,
     /// With adaptive PD: each model's instances that lean prefill.
     leaning: FxHashMap<String, Leaning>,
+    /// Each model's answer lengths, learned from its finished requests.
+    answers: FxHashMap<String, AnswerLengths>,
+    /// The tokens expected of the answer of the request being placed.
+    answer: f64,
 }
 
 impl Scheduler {
@@ -185,6 +192,8 @@ impl Scheduler {
             hits_fresh: false,
             gateways_seen: FxHashMap::default(),
             leaning: FxHashMap::default(),
+            answers: FxHashMap::default(),
+            answer: 0.0,
         }
     }
 
@@ -346,8 +355,26 @@ impl Scheduler {
         let Some(d) = self.lrs.release(request_id) else {
             return PredictionErrors::default();
         };
+        self.learn_answer(&d, observed);
         self.count_for_split(&d, observed);
         PredictionErrors::of((d.predicted_ttft, d.predicted_tpot), observed)
+    }
+
+    /// Learns from a finished request's answer length, when its client saw it.
+    fn learn_answer(&mut self, d: &Dispatch, observed: &Observed) {
+        let (Some(output), Some(state)) = (observed.output_tokens, self.cms.get(&d.instance))
+        else {
+            return;
+        };
+        let model = &state.meta.model;
+        match self.answers.get_mut(model) {
+            Some(answers) => answers.finished(d.max_tokens, output),
+            None => {
+                let mut answers = AnswerLengths::default();
+                answers.finished(d.max_tokens, output);
+                self.answers.insert(model.clone(), answers);
+            }
+        }
     }
 
     /// Under adaptive PD with a TPOT objective, counts a finished request towards its model's
@@ -361,9 +388,10 @@ impl Scheduler {
             return;
         };
         if let Some(leaning) = self.leaning.get_mut(model) {
-            leaning
-                .full
-                .on_finished(d.answer_tokens, tpot_ms > tpot * 1e3);
+            leaning.full.on_finished(
+                observed.output_tokens.unwrap_or(d.answer_tokens),
+                tpot_ms > tpot * 1e3,
+            );
         }
     }
 
@@ -406,6 +434,10 @@ impl Scheduler {
         lap: &mut dyn FnMut(Lap),
     ) -> Result<Placement, ScheduleError> {
         self.hits_fresh = false;
+        self.answer = self
+            .answers
+            .get(&req.model)
+            .map_or(f64::from(req.max_tokens), |a| a.expected(req.max_tokens));
         let (adaptive, long) = match req.infer_stage {
             InferStage::Neutral => self.lean(req, now),
             _ => (false, false),
@@ -510,7 +542,7 @@ impl Scheduler {
                     leaning.on_long_prompt(seconds, now, adaptive.window);
                 }
                 if tpot.is_some() {
-                    let answer = f64::from(req.max_tokens);
+                    let answer = self.answer;
                     let (uncached, prompt) = (uncached as f64, prompt as f64);
                     leaning
                         .full
@@ -548,7 +580,7 @@ impl Scheduler {
     ) -> Option<bool> {
         let slos = self.slos_for(&req.model);
         let leaning = self.leaning.get(&req.model).filter(|_| slos.any())?;
-        let left = (req.max_tokens.max(1) as f64 * REMAINING_SHARE).max(1.0);
+        let left = (self.answer.max(1.0) * REMAINING_SHARE).max(1.0);
         let mut found = None;
         for state in self.cms.iter() {
             if state.meta.model != req.model
@@ -560,7 +592,7 @@ impl Scheduler {
             let ask = self.ask_on(state, req);
             let fit = self.fits.of(&state.meta.id);
             let mut m = candidate_metrics(state, self.lrs.live(&state.meta.id), ask, fit, now);
-            score(&mut m, slos, req.max_tokens as f64, 0.0);
+            score(&mut m, slos, self.answer, 0.0);
             let decodes_keep = !spare_decodes
                 || m.decode_batch == 0.0
                 || slos
@@ -599,7 +631,7 @@ impl Scheduler {
                 .min(prompt.max(1.0) - 1.0)
                 .max(0.0),
             prompt,
-            output: req.max_tokens as f64,
+            output: self.answer,
         }
     }
 
@@ -685,7 +717,7 @@ impl Scheduler {
             let load =
                 candidates.iter().map(|c| c.1.requests).sum::<f64>() / candidates.len() as f64;
             for c in &mut candidates {
-                score(&mut c.1, slos, req.max_tokens as f64, load);
+                score(&mut c.1, slos, self.answer, load);
             }
             // Refused only where every instance would put someone outside the SLOs: a TTFT
             // predicted just inside its objective is a share of a miss, not a miss.
@@ -721,6 +753,7 @@ impl Scheduler {
             decision,
             metrics,
             best_hit_ratio,
+            answer_tokens: self.answer,
         })
     }
 
@@ -746,7 +779,8 @@ impl Scheduler {
                 reported: false,
                 predicted_ttft: metrics.predicted_ttft,
                 predicted_tpot: metrics.predicted_tpot,
-                answer_tokens: req.max_tokens,
+                answer_tokens: self.answer.round() as u32,
+                max_tokens: req.max_tokens,
             },
         );
         // Until the engine reports the blocks it stored, later requests with this prefix are

@@ -1090,6 +1090,7 @@ fn adaptive_pd_hands_every_prompt_over_once_short_answers_miss_the_tpot_objectiv
                 ttft_ms: Some(50.0),
                 tpot_ms: Some(tpot_ms),
                 hand_off: None,
+                output_tokens: Some(5),
             };
             s.finish(&id, &observed);
         }
@@ -1121,4 +1122,49 @@ fn adaptive_pd_hands_every_prompt_over_once_short_answers_miss_the_tpot_objectiv
     );
     run(&mut no_tpot, 40.0);
     assert_eq!(next(&mut no_tpot).decode, None);
+}
+
+#[test]
+fn a_loose_max_tokens_is_read_as_the_answer_length_its_model_s_answers_have() {
+    let mut s = cluster(Policy::Predictive, 2);
+    let ask = |id: &str, max_tokens: u32| ScheduleRequest {
+        max_tokens,
+        ..request(id, &[1, 2, 3])
+    };
+    let done = |output: u32| switchyard_protocol::schedule::Observed {
+        output_tokens: Some(output),
+        ..Default::default()
+    };
+    assert_eq!(
+        s.schedule(&ask("first", 4096), 0.0).unwrap().answer_tokens,
+        4096.0,
+        "nothing learned: the cap"
+    );
+    s.finish("first", &done(60));
+    for i in 0..40 {
+        let id = format!("r{i}");
+        s.schedule(&ask(&id, 4096), 0.0).unwrap();
+        s.finish(&id, &done(if i % 2 == 0 { 40 } else { 60 }));
+    }
+    let loose = s.schedule(&ask("loose", 4096), 0.0).unwrap();
+    assert!(
+        (loose.answer_tokens - 50.0).abs() < 1.0,
+        "{}",
+        loose.answer_tokens
+    );
+    let unsent = s.schedule(&ask("unsent", 0), 0.0).unwrap();
+    assert!(
+        (unsent.answer_tokens - 50.0).abs() < 1.0,
+        "no max_tokens: the mean"
+    );
+    // Answers that run to their max_tokens (benchmark clients) keep it as their length.
+    for i in 0..40 {
+        let id = format!("exact{i}");
+        s.schedule(&ask(&id, 20 + i), 0.0).unwrap();
+        s.finish(&id, &done(20 + i));
+    }
+    assert_eq!(
+        s.schedule(&ask("exact", 37), 0.0).unwrap().answer_tokens,
+        37.0
+    );
 }

@@ -70,6 +70,50 @@ pub struct ClusterConfig {
     pub prefill_instances: Option<usize>,
     /// Adaptive prefill/decode disaggregation over the (neutral) instances.
     pub adaptive_pd: Option<AdaptivePd>,
+    /// What the clients say of their answers' lengths (the scheduler's `max_tokens`).
+    pub client_max_tokens: ClientMaxTokens,
+}
+
+/// The `max_tokens` the simulated clients send, which is all the scheduler knows of an answer's
+/// length before it ends; the engines generate the workload's answer lengths either way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ClientMaxTokens {
+    /// The answer's length, as benchmark clients send it with `ignore_eos`.
+    #[default]
+    Exact,
+    /// A cap the answers end under (at their end-of-sequence): this many tokens, or the
+    /// answer's length if it is longer (its client must have allowed it).
+    Cap(u32),
+    /// None, as most chat clients send.
+    Unsent,
+}
+
+impl ClientMaxTokens {
+    /// What a client whose answer has `answer` tokens sends.
+    pub fn sent(self, answer: u32) -> u32 {
+        match self {
+            ClientMaxTokens::Exact => answer,
+            ClientMaxTokens::Cap(cap) => cap.max(answer),
+            ClientMaxTokens::Unsent => 0,
+        }
+    }
+}
+
+impl std::str::FromStr for ClientMaxTokens {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "exact" => Ok(ClientMaxTokens::Exact),
+            "none" => Ok(ClientMaxTokens::Unsent),
+            n => match n.parse::<u32>() {
+                Ok(cap) if cap > 0 => Ok(ClientMaxTokens::Cap(cap)),
+                _ => Err(format!(
+                    "{s:?} is not `exact`, `none` or a positive number of tokens"
+                )),
+            },
+        }
+    }
 }
 
 /// What a simulated run produced.
@@ -204,6 +248,7 @@ pub struct Cluster {
     /// Requests to hand to a decode node, whose copy starts once their prompt's computation
     /// does: (node, sequence) to node.
     handoffs: HashMap<(usize, SeqId), usize>,
+    client_max_tokens: ClientMaxTokens,
 }
 
 impl Cluster {
@@ -307,6 +352,7 @@ impl Cluster {
             kv_bytes_per_token: config.shape.kv_bytes_per_token(),
             link: config.link,
             handoffs: HashMap::new(),
+            client_max_tokens: config.client_max_tokens,
         })
     }
 
@@ -473,7 +519,7 @@ impl Cluster {
             model: self.model.clone(),
             prompt_tokens: prompt.len() as u32,
             block_hashes: block_hashes(&prompt, self.block_size),
-            max_tokens,
+            max_tokens: self.client_max_tokens.sent(max_tokens),
             priority: 0,
             infer_stage: InferStage::Neutral,
             exclude: Vec::new(),
@@ -582,6 +628,7 @@ impl Cluster {
                         ttft_ms: t.outcome.ttft.map(|s| s * 1e3),
                         tpot_ms: t.outcome.tpot().map(|s| s * 1e3),
                         hand_off: None,
+                        output_tokens: Some(t.outcome.output_tokens),
                     };
                     tally
                         .prediction_errors
@@ -692,6 +739,7 @@ mod tests {
             link: KvLink::default(),
             prefill_instances: None,
             adaptive_pd: None,
+            client_max_tokens: ClientMaxTokens::Exact,
         }
     }
 
@@ -781,6 +829,22 @@ mod tests {
             ..config(instances, Policy::Predictive)
         };
         simulate_with(&config, requests)
+    }
+
+    #[test]
+    fn clients_send_the_answer_length_a_cap_over_it_or_nothing() {
+        let parse = |s: &str| s.parse::<ClientMaxTokens>();
+        assert_eq!(parse("exact").unwrap().sent(300), 300);
+        assert_eq!(parse("4096").unwrap().sent(300), 4096);
+        assert_eq!(
+            parse("4096").unwrap().sent(5000),
+            5000,
+            "the answer had room"
+        );
+        assert_eq!(parse("none").unwrap().sent(300), 0);
+        for bad in ["0", "-1", "lots", ""] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

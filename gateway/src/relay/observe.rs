@@ -60,6 +60,7 @@ impl RelayObserver {
             tpot_ms: (tokens > 1)
                 .then(|| (end - first).as_secs_f64() * 1000.0 / (tokens - 1) as f64),
             hand_off: None,
+            output_tokens: u32::try_from(tokens).ok(),
         }
     }
 }
