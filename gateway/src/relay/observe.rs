@@ -82,6 +82,7 @@ impl Drop for RelayObserver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn value(metrics: &GatewayMetrics, series: &str) -> f64 {
         metrics
@@ -136,6 +137,41 @@ mod tests {
         assert_eq!(
             value(&metrics, "request_ttft_milliseconds_count{model=\"m\"}"),
             2.0
+        );
+    }
+
+    fn chunk(json: &str) -> ChunkView {
+        ChunkView::parse(json.as_bytes()).expect("a chunk")
+    }
+
+    #[test]
+    fn what_the_client_saw_counts_the_answers_tokens_by_its_usage_else_its_text_events() {
+        let metrics = Arc::new(GatewayMetrics::new().unwrap());
+        let start = Instant::now();
+        let text = r#"{"choices":[{"index":0,"text":"hi"}]}"#;
+        let mut observer = RelayObserver::new(metrics.clone(), "m".into(), start);
+        assert_eq!(
+            observer.observed(start),
+            Observed::default(),
+            "no token yet"
+        );
+        for i in 1..=3 {
+            observer.observe(&chunk(text), start + Duration::from_millis(10 * i));
+        }
+        let seen = observer.observed(start + Duration::from_millis(30));
+        assert_eq!(seen.output_tokens, Some(3));
+        assert!((seen.ttft_ms.unwrap() - 10.0).abs() < 1e-6);
+        assert!((seen.tpot_ms.unwrap() - 10.0).abs() < 1e-6);
+        observer.observe(
+            &chunk(r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":4,"total_tokens":9}}"#),
+            start + Duration::from_millis(31),
+        );
+        assert_eq!(
+            observer
+                .observed(start + Duration::from_millis(31))
+                .output_tokens,
+            Some(4),
+            "the engine's count wins"
         );
     }
 }
