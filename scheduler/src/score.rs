@@ -3,8 +3,8 @@
 //!
 //! - With SLOs, the first term counts misses: 1 if the request's predicted TTFT or TPOT there
 //!   misses them (its TPOT past a margin where its prompt is cached, [`TPOT_CACHED_MARGIN`]; or
-//!   its KV would not fit beside what the instance holds, so that someone gets preempted), a share of 1 if its predicted TTFT is within [`TTFT_MARGIN`] under the
-//!   objective, and 1 more if the prompt's wait alone would put the shortest answer still live
+//!   its KV would not fit beside what the instance holds, so that someone gets preempted), a
+//!   share of 1 if its predicted TTFT is within [`TTFT_MARGIN`] under the objective, and 1 more if the prompt's wait alone would put the shortest answer still live
 //!   there over the TPOT objective. The request goes where the fewest miss.
 //! - Then (and alone, without SLOs) the latency the placement adds: the request's own predicted
 //!   end-to-end time; what its prompt's compute and its share of every step add to each request
@@ -132,6 +132,13 @@ fn misses_own(m: &CandidateMetrics, slos: Slos) -> bool {
 mod tests {
     use super::*;
 
+    /// The misses `slos` count for candidate `m` (a request of 100 tokens, one request an
+    /// instance on average).
+    fn violations_of(mut m: CandidateMetrics, slos: Slos) -> f64 {
+        score(&mut m, slos, 100.0, 1.0);
+        m.violations
+    }
+
     #[test]
     fn a_predicted_ttft_just_under_the_objective_counts_as_part_of_a_miss() {
         let slos = Slos {
@@ -139,12 +146,11 @@ mod tests {
             tpot: None,
         };
         let violations = |predicted_ttft: f64| {
-            let mut m = CandidateMetrics {
+            let m = CandidateMetrics {
                 predicted_ttft,
                 ..Default::default()
             };
-            score(&mut m, slos, 10.0, 1.0);
-            m.violations
+            violations_of(m, slos)
         };
         assert_eq!(violations(0.5), 0.0);
         assert_eq!(violations(0.95), 0.0);
@@ -154,12 +160,11 @@ mod tests {
         // So an instance at 0.85 of the objective beats one at 0.99 that adds less latency.
         assert!(violations(0.85) < violations(0.99));
         // Without a TTFT objective there is no margin.
-        let mut m = CandidateMetrics {
+        let m = CandidateMetrics {
             predicted_ttft: 0.99,
             ..Default::default()
         };
-        score(&mut m, Slos::default(), 10.0, 1.0);
-        assert_eq!(m.violations, 0.0);
+        assert_eq!(violations_of(m, Slos::default()), 0.0);
     }
 
     #[test]
@@ -169,14 +174,13 @@ mod tests {
             tpot: Some(0.05),
         };
         let violations = |predicted_tpot: f64, cached_tokens: f64| {
-            let mut m = CandidateMetrics {
+            let m = CandidateMetrics {
                 predicted_tpot,
                 cached_tokens,
                 uncached_tokens: 1000.0 - cached_tokens,
                 ..Default::default()
             };
-            score(&mut m, slos, 100.0, 1.0);
-            m.violations
+            violations_of(m, slos)
         };
         // Nothing cached: over the objective is a miss.
         assert_eq!(violations(0.0501, 0.0), 1.0);
@@ -196,15 +200,14 @@ mod tests {
             tpot: Some(0.05),
         };
         let with = |shortest_answer: f64, delay_each: f64| {
-            let mut m = CandidateMetrics {
+            let m = CandidateMetrics {
                 shortest_answer,
                 delay_each,
                 predicted_tpot: 0.02,
                 predicted_tpot_before: 0.02,
                 ..Default::default()
             };
-            score(&mut m, slos, 100.0, 1.0);
-            m.violations
+            violations_of(m, slos)
         };
         // 0.3 s over the 4 gaps of a 5-token answer is 75 ms a token; over a 100-token
         // answer's 99 gaps, 3 ms.
@@ -217,12 +220,11 @@ mod tests {
         assert_eq!(with(0.0, 5.0), 0.0);
         assert_eq!(with(1.0, 5.0), 0.0);
         // Without a TPOT objective nothing is a miss.
-        let mut m = CandidateMetrics {
+        let m = CandidateMetrics {
             shortest_answer: 5.0,
             delay_each: 0.3,
             ..Default::default()
         };
-        score(&mut m, Slos::default(), 100.0, 1.0);
-        assert_eq!(m.violations, 0.0);
+        assert_eq!(violations_of(m, Slos::default()), 0.0);
     }
 }
