@@ -241,7 +241,6 @@ pub fn predict_tpot(fit: &StepTimeFit, q: &QueueShape) -> TpotOutlook {
     let horizon = (q.output_tokens * decode_after).max(MIN_HORIZON);
     let queued =
         q.prefill_share + prefill_seconds(fit, q.prefill_ahead, q.ahead_attention()) / horizon;
-    let stretch = |share: f64| 1.0 / (1.0 - share.clamp(0.0, MAX_PREFILL_SHARE));
     let own_prefill = prefill_seconds(fit, q.own_prefill, q.own_attention());
     let extra_step = (decode_after - decode_before).max(0.0);
     TpotOutlook {
@@ -249,6 +248,18 @@ pub fn predict_tpot(fit: &StepTimeFit, q: &QueueShape) -> TpotOutlook {
         others_before: decode_before * stretch(queued),
         delay_each: (own_prefill + q.output_tokens * extra_step) * stretch(queued),
     }
+}
+
+/// How much longer decode steps take, on average, on an instance that spends `share` of its time
+/// computing prompts (at most [`MAX_PREFILL_SHARE`]).
+fn stretch(share: f64) -> f64 {
+    1.0 / (1.0 - share.clamp(0.0, MAX_PREFILL_SHARE))
+}
+
+/// Seconds per output token of a decode batch of `batch` sequences over `context` tokens on an
+/// instance that spends `prefill_share` of its time computing prompts.
+pub fn decode_tpot(fit: &StepTimeFit, batch: f64, context: f64, prefill_share: f64) -> f64 {
+    fit.step_seconds(0.0, batch.max(1.0), context, 0.0) * stretch(prefill_share)
 }
 
 /// How far a placement's predictions were from what its client saw, each as

@@ -24,6 +24,14 @@
 //!   with less than a step's, which decodes it at full speed while the source works through
 //!   its prompts (the request decodes on at the source while its KV is copied).
 //!
+//! And for a model with a TPOT objective served colocated, the scheduler pairs its instances by
+//! how fast they decode ([`decode_speed_moves`]: the time per output token its step-time fit
+//! predicts for each decode batch, stretched by the instance's recent share of prefill):
+//!
+//! - **decode speed**: the slowest, at [`DECODE_SPEED_SHEDS_AT`] of the objective or past it,
+//!   hands a decoding request to the fastest with room, when that one would still decode in at
+//!   most [`DECODE_SPEED_GAP`] of the source's time after the move.
+//!
 //! A pair is taken only when the move leaves the destination still freer than the source after
 //! it (counted with the source's mean request), so a request never bounces back. Instances
 //! already moving a request, in or out, sit the round out. Which request moves is the engine's
@@ -76,6 +84,8 @@ pub enum MoveReason {
     Priority,
     /// Its instance leans prefill now (adaptive PD): its decodes go to one that leans decode.
     Lean,
+    /// Its instance decodes near or past the TPOT objective while another decodes much faster.
+    DecodeSpeed,
 }
 
 impl MoveReason {
@@ -88,6 +98,7 @@ impl MoveReason {
             MoveReason::Drain => "drain",
             MoveReason::Priority => "priority",
             MoveReason::Lean => "adaptive_pd",
+            MoveReason::DecodeSpeed => "decode_speed",
         }
     }
 
@@ -287,6 +298,67 @@ pub fn lean_moves(
             busy.insert(to.meta.id.clone());
             orders.push(order(&source.meta.id, &to.meta.id, MoveReason::Lean));
         }
+    }
+    orders
+}
+
+/// The share of the TPOT objective from which an instance's decode speed sheds a request: at
+/// 0.9 the moves cost Azure conversation 0.3% of its requests inside the SLOs (2 s / 25 ms, 180
+/// req/s) for no gain elsewhere (docs/benchmarks-history.md).
+pub const DECODE_SPEED_SHEDS_AT: f64 = 1.0;
+
+/// How much faster than the source, after the move, the destination must decode.
+const DECODE_SPEED_GAP: f64 = 0.8;
+
+/// Under a TPOT objective of `objective` seconds, the moves that even out how fast the colocated
+/// instances of `model` decode: the slowest instance whose time per output token (`tpot_of`:
+/// with `n` more decoding requests of `tokens` more context, `n` negative for fewer) is at
+/// least [`DECODE_SPEED_SHEDS_AT`] of the objective hands a decoding request to the fastest
+/// one with room for it, when the destination would then still decode at most
+/// [`DECODE_SPEED_GAP`] of the source's time, so nothing moves back. Llumnix balances by KV
+/// freeness; with sessions that keep their instance (their history is cached there) one
+/// instance's decode batch can grow slow while its KV is far from full.
+pub fn decode_speed_moves(
+    cms: &Cms,
+    model: &str,
+    tpot_of: impl Fn(&InstanceState, f64, f64) -> Option<f64>,
+    objective: f64,
+    busy: &HashSet<String>,
+    now: f64,
+    staleness: f64,
+) -> Vec<MoveOrder> {
+    let mut speeds: Vec<(&InstanceState, Load, f64)> = cms
+        .iter()
+        .filter(|s| {
+            s.meta.model == model
+                && s.meta.role == InferStage::Neutral
+                && s.schedulable(now, staleness)
+                && !busy.contains(&s.meta.id)
+        })
+        .filter_map(|s| {
+            let load = s.status.as_ref().and_then(Load::of)?;
+            Some((s, load, tpot_of(s, 0.0, 0.0)?))
+        })
+        .collect();
+    speeds.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let mut orders = Vec::new();
+    let (mut lo, mut hi) = (0, speeds.len());
+    while lo + 1 < hi {
+        let (src, src_load, src_tpot) = speeds[lo];
+        let (dst, dst_load, _) = speeds[hi - 1];
+        if src_tpot < objective * DECODE_SPEED_SHEDS_AT || src_load.decoding < 2 {
+            break;
+        }
+        let moved = src_load.mean_request;
+        let after = tpot_of(src, -1.0, -moved).zip(tpot_of(dst, 1.0, moved));
+        let settles =
+            after.is_some_and(|(src_after, dst_after)| dst_after <= DECODE_SPEED_GAP * src_after);
+        if !settles || dst_load.short || dst_load.room < moved {
+            break;
+        }
+        orders.push(order(&src.meta.id, &dst.meta.id, MoveReason::DecodeSpeed));
+        lo += 1;
+        hi -= 1;
     }
     orders
 }
@@ -515,6 +587,69 @@ mod tests {
         );
         let both = cms(&[("busy", "m", backlog.clone()), ("also", "m", backlog)]);
         assert!(plan(&both, &[]).is_empty(), "no calm instance to go to");
+    }
+
+    /// The decode-speed moves among `cms` under a 50 ms objective, each instance's TPOT 10 ms
+    /// plus 1 ms a decoding request.
+    fn speed_plan(cms: &Cms, busy: &[&str]) -> Vec<(String, String, MoveReason)> {
+        let busy = busy.iter().map(|s| s.to_string()).collect();
+        let tpot_of = |state: &InstanceState, more: f64, _context: f64| {
+            let decoding = f64::from(state.status.as_ref()?.num_decoding) + more;
+            Some(0.010 + 0.001 * decoding)
+        };
+        decode_speed_moves(cms, "m", tpot_of, 0.050, &busy, 0.0, 5.0)
+            .into_iter()
+            .map(|m| (m.from, m.to, m.reason))
+            .collect()
+    }
+
+    fn decoding(n: u32) -> EngineStatus {
+        EngineStatus {
+            num_decoding: n,
+            ..status(u64::from(n) * 1_000, n, 0, 0)
+        }
+    }
+
+    #[test]
+    fn an_instance_decoding_near_the_objective_hands_a_request_to_the_fastest() {
+        let three = cms(&[
+            ("slow", "m", decoding(40)),
+            ("fast", "m", decoding(10)),
+            ("middle", "m", decoding(20)),
+        ]);
+        assert_eq!(
+            speed_plan(&three, &[]),
+            vec![("slow".into(), "fast".into(), MoveReason::DecodeSpeed)]
+        );
+        assert_eq!(
+            speed_plan(&three, &["fast"]),
+            vec![("slow".into(), "middle".into(), MoveReason::DecodeSpeed)],
+            "an instance already moving a request sits the round out"
+        );
+        let under = cms(&[("a", "m", decoding(39)), ("b", "m", decoding(0))]);
+        assert!(
+            speed_plan(&under, &[]).is_empty(),
+            "49 ms is under the objective"
+        );
+        let close = cms(&[("a", "m", decoding(40)), ("b", "m", decoding(36))]);
+        assert!(
+            speed_plan(&close, &[]).is_empty(),
+            "49 against 47 ms after the move: it would come back"
+        );
+        let mut prefill = decoding(0);
+        prefill.total_kv_tokens = 100_000;
+        let mut roles = cms(&[("slow", "m", decoding(40)), ("prefill", "m", prefill)]);
+        roles.upsert(InstanceMeta {
+            id: "prefill".into(),
+            endpoint: "prefill".into(),
+            model: "m".into(),
+            role: InferStage::Prefill,
+            kind: Default::default(),
+        });
+        assert!(
+            speed_plan(&roles, &[]).is_empty(),
+            "only colocated instances"
+        );
     }
 
     #[test]

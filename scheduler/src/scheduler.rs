@@ -247,6 +247,25 @@ impl Scheduler {
     ) -> Vec<crate::rescheduler::MoveOrder> {
         let staleness = self.config.staleness;
         let mut orders = crate::rescheduler::plan_moves(&self.cms, busy, config, now, staleness);
+        for model in self.decode_speed_models() {
+            let Some(objective) = self.slos_for(&model).tpot else {
+                continue;
+            };
+            let mut busy = busy.clone();
+            busy.extend(orders.iter().flat_map(|o| [o.from.clone(), o.to.clone()]));
+            let tpot_of = |state: &InstanceState, more: f64, context: f64| {
+                let status = state.status.as_ref()?;
+                Some(crate::predictor::decode_tpot(
+                    self.fits.of(&state.meta.id)?,
+                    f64::from(status.num_decoding) + more,
+                    status.decode_tokens as f64 + context,
+                    state.pressure.share(now),
+                ))
+            };
+            orders.extend(crate::rescheduler::decode_speed_moves(
+                &self.cms, &model, tpot_of, objective, &busy, now, staleness,
+            ));
+        }
         for (model, leaning) in &self.leaning {
             let mut busy = busy.clone();
             busy.extend(orders.iter().flat_map(|o| [o.from.clone(), o.to.clone()]));
@@ -255,6 +274,20 @@ impl Scheduler {
             ));
         }
         orders
+    }
+
+    /// The models whose instances are served colocated (none leans prefill under adaptive PD),
+    /// whose decode speeds the rescheduler evens out.
+    fn decode_speed_models(&self) -> Vec<String> {
+        let mut models: Vec<String> = self
+            .cms
+            .iter()
+            .map(|s| s.meta.model.clone())
+            .filter(|m| !self.leaning.get(m).is_some_and(Leaning::disaggregates))
+            .collect();
+        models.sort();
+        models.dedup();
+        models
     }
 
     /// A new status from an instance: stored, its admitted ids reconciled, its steps learned.

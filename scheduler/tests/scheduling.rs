@@ -1168,3 +1168,49 @@ fn a_loose_max_tokens_is_read_as_the_answer_length_its_model_s_answers_have() {
         37.0
     );
 }
+
+#[test]
+fn with_a_tpot_objective_the_rescheduler_evens_out_how_fast_instances_decode() {
+    use switchyard_protocol::engine_state::StepSample;
+    use switchyard_scheduler::rescheduler::{MoveReason, ReschedulerConfig};
+    // Steps of 10 ms plus 1 ms a decoding sequence.
+    let prior: Vec<StepSample> = [(0u32, 1u32), (0, 8), (0, 32), (0, 64), (512, 0), (2048, 16)]
+        .iter()
+        .map(|&(prefill, decode)| StepSample {
+            prefill_tokens: prefill,
+            decode_batch: decode,
+            context_tokens: 0,
+            prefill_attention: 0,
+            step_seconds: 0.01 + 0.001 * f64::from(decode) + 1e-5 * f64::from(prefill),
+        })
+        .collect();
+    let decoding = |n: u32| EngineStatus {
+        num_running: n,
+        num_decoding: n,
+        used_kv_tokens: u64::from(n) * 1_000,
+        step_prior: prior.clone(),
+        ..idle()
+    };
+    let moves = |slos: Slos| {
+        let mut s = cluster_with(predictive(slos), 2);
+        s.on_status("i0", decoding(60), 0.0);
+        s.on_status("i1", decoding(5), 0.0);
+        s.plan_moves(&Default::default(), &ReschedulerConfig::default(), 0.0)
+            .into_iter()
+            .map(|m| (m.from, m.to, m.reason))
+            .collect::<Vec<_>>()
+    };
+    let tpot = Slos {
+        ttft: None,
+        tpot: Some(0.05),
+    };
+    assert_eq!(
+        moves(tpot),
+        vec![("i0".into(), "i1".into(), MoveReason::DecodeSpeed)],
+        "70 ms a token against 15"
+    );
+    assert!(
+        moves(Slos::default()).is_empty(),
+        "without a TPOT objective only KV and backlogs count"
+    );
+}
