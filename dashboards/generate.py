@@ -267,8 +267,9 @@ def component_dashboard():
               "ms", description="Adding or updating an instance's description.")
     d.row("Live migration")
     d.rate("Moves", "scheduler_rescheduling_total", "rule",
-           description="Running requests the rescheduler (rule room, load_balance, interference) "
-                       "or a drain decided to move, with their KV, to another instance.")
+           description="Running requests the rescheduler (rule room, load_balance, interference, "
+                       "decode_speed, priority, adaptive_pd) or a drain decided to move, with their "
+                       "KV, to another instance.")
     d.rate("Moves that failed", "scheduler_rescheduling_failed_total", "rule, reason",
            description="The request went on where it was: no_room, unreachable (or stalled), "
                        "refused, finished, preempted.")

@@ -84,7 +84,7 @@ pub enum MoveReason {
     Priority,
     /// Its instance leans prefill now (adaptive PD): its decodes go to one that leans decode.
     Lean,
-    /// Its instance decodes near or past the TPOT objective while another decodes much faster.
+    /// Its instance decodes at or past the TPOT objective while another decodes much faster.
     DecodeSpeed,
 }
 
@@ -611,7 +611,7 @@ mod tests {
     }
 
     #[test]
-    fn an_instance_decoding_near_the_objective_hands_a_request_to_the_fastest() {
+    fn an_instance_decoding_at_the_objective_hands_a_request_to_the_fastest() {
         let three = cms(&[
             ("slow", "m", decoding(40)),
             ("fast", "m", decoding(10)),
