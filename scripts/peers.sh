@@ -9,7 +9,9 @@
 # Settings (environment): ENGINES (4), SIM_MODEL (llama-3.1-8b), RATES (4,16,32,64),
 # WORKLOAD_FLAGS (a shared-prefix workload), SLO_TTFT / SLO_TPOT (ms: 2000 / 100),
 # SWITCHYARD_POLICIES (cache-aware; comma-separated, each run through its own scheduler),
-# PEER_POLICIES (cache_aware,round_robin), LOW_RATE_RUNS (1; 0 skips the 1 req/s runs).
+# PEER_POLICIES (cache_aware,round_robin; a space for none), LOW_RATE_RUNS (1; 0 skips the
+# 1 req/s runs), SWITCHYARD_SCHEDULER_FLAGS (more flags for switchyard's scheduler, e.g. its
+# SLOs and --rescheduling; none by default).
 # The summary gives each router's highest rate inside the SLOs: the highest swept rate at which
 # at least 90% of the requests met both (and every lower rate did too).
 # The peers are installed with pip into a virtual environment under target/; they are never a
@@ -75,7 +77,7 @@ bench direct-low "${urls[0]}" --rate 1 --num-requests 40
 
 for policy in ${SWITCHYARD_POLICIES//,/ }; do
     start "switchyard-$policy-scheduler" 19600 "$bin" scheduler --port 19600 --host 127.0.0.1 \
-        --instances "$joined" --policy "$policy"
+        --instances "$joined" --policy "$policy" ${SWITCHYARD_SCHEDULER_FLAGS:-}
     start "switchyard-$policy" 19601 "$bin" gateway --port 19601 --host 127.0.0.1 \
         --scheduler http://127.0.0.1:19600 --served-model-name "$model"
     bench "switchyard-$policy-low" http://127.0.0.1:19601 --rate 1 --num-requests 40
