@@ -4,8 +4,9 @@
 //! - With SLOs, the first term counts misses: 1 if the request's predicted TTFT or TPOT there
 //!   misses them (its TPOT past a margin where its prompt is cached, [`TPOT_CACHED_MARGIN`]; or
 //!   its KV would not fit beside what the instance holds, so that someone gets preempted), a
-//!   share of 1 if its predicted TTFT is within [`TTFT_MARGIN`] under the objective, and 1 more if the prompt's wait alone would put the shortest answer still live
-//!   there over the TPOT objective. The request goes where the fewest miss.
+//!   share of 1 if its predicted TTFT is within [`TTFT_MARGIN`] under the objective, and 1 more
+//!   if the prompt's wait alone would put the shortest answer still live there over the TPOT
+//!   objective. The request goes where the fewest miss.
 //! - Then (and alone, without SLOs) the latency the placement adds: the request's own predicted
 //!   end-to-end time; what its prompt's compute and its share of every step add to each request
 //!   there, stretched by the prefill already sharing those steps; and the GPU time its uncached
