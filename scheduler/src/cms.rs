@@ -52,6 +52,12 @@ impl InstanceState {
             && self.status.is_some()
             && now - self.status_time <= staleness
     }
+
+    /// Whether its running requests can move to another instance with their KV, or come from
+    /// one: switchyard engines speak the migration protocol; vLLM, SGLang and the others do not.
+    pub fn moves_requests(&self) -> bool {
+        self.meta.kind == EngineKind::Switchyard
+    }
 }
 
 /// Every known instance, in the order of their ids.

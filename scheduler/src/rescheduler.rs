@@ -196,7 +196,10 @@ pub fn plan_moves(
 ) -> Vec<MoveOrder> {
     let mut by_model: std::collections::BTreeMap<&str, Vec<(&str, Load)>> = Default::default();
     for state in cms.iter() {
-        if !state.schedulable(now, staleness) || busy.contains(&state.meta.id) {
+        if !state.schedulable(now, staleness)
+            || !state.moves_requests()
+            || busy.contains(&state.meta.id)
+        {
             continue;
         }
         let Some(load) = state.status.as_ref().and_then(Load::of) else {
@@ -252,14 +255,15 @@ fn mean_request(state: &InstanceState) -> f64 {
 }
 
 /// Where a request leaving `from` goes at `now`: the freest schedulable instance of its model
-/// with room for one of its requests, if any.
+/// with room for one of its requests, if any (none when `from` cannot move requests: a drain of
+/// it waits for them to finish).
 pub fn destination_for<'c>(
     cms: &'c Cms,
     from: &str,
     now: f64,
     staleness: f64,
 ) -> Option<&'c InstanceState> {
-    let source = cms.get(from)?;
+    let source = cms.get(from).filter(|s| s.moves_requests())?;
     let moved = mean_request(source);
     let others = cms
         .iter()
@@ -283,6 +287,7 @@ pub fn lean_moves(
         .filter(|s| {
             leans(s, InferStage::Prefill)
                 && s.meta.role == InferStage::Neutral
+                && s.moves_requests()
                 && !busy.contains(&s.meta.id)
                 && s.status.as_ref().is_some_and(|st| st.num_decoding > 0)
         })
@@ -333,6 +338,7 @@ pub fn decode_speed_moves(
             s.meta.model == model
                 && s.meta.role == InferStage::Neutral
                 && s.schedulable(now, staleness)
+                && s.moves_requests()
                 && !busy.contains(&s.meta.id)
         })
         .filter_map(|s| {
@@ -381,8 +387,8 @@ pub fn decode_instance_for<'c>(
     freest_with_room(decoders, tokens as f64, now, staleness)
 }
 
-/// The freest of `candidates` schedulable at `now` whose queue fits and who has room for
-/// `tokens` more tokens.
+/// The freest of `candidates` schedulable at `now` that can take a request's KV, whose queue
+/// fits and who has room for `tokens` more tokens.
 fn freest_with_room<'c>(
     candidates: impl Iterator<Item = &'c InstanceState>,
     tokens: f64,
@@ -390,7 +396,7 @@ fn freest_with_room<'c>(
     staleness: f64,
 ) -> Option<&'c InstanceState> {
     candidates
-        .filter(|s| s.schedulable(now, staleness))
+        .filter(|s| s.schedulable(now, staleness) && s.moves_requests())
         .filter_map(|s| Some((s, s.status.as_ref().and_then(Load::of)?)))
         .filter(|(_, load)| !load.short && load.room >= tokens)
         .max_by(|a, b| a.1.freeness().total_cmp(&b.1.freeness()))
@@ -438,7 +444,7 @@ fn memory_reason(src: &Load, dst: &Load, config: &ReschedulerConfig) -> Option<M
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cms::InstanceMeta;
+    use crate::cms::{EngineKind, InstanceMeta};
     use switchyard_protocol::schedule::InferStage;
 
     fn status(used: u64, running: u32, waiting: u32, queued: u64) -> EngineStatus {
@@ -491,6 +497,50 @@ mod tests {
             vec![("full".into(), "half".into(), MoveReason::Room)],
             "an instance already moving a request sits the round out"
         );
+    }
+
+    #[test]
+    fn engines_without_migration_neither_send_nor_take() {
+        let with_kind = |cms: &mut Cms, id: &str, kind, status: EngineStatus| {
+            cms.upsert(InstanceMeta {
+                id: id.to_string(),
+                endpoint: id.to_string(),
+                model: "m".to_string(),
+                role: InferStage::Neutral,
+                kind,
+            });
+            cms.update_status(id, status, 0.0, 0.0);
+        };
+        let mut crowded_vllm = Cms::default();
+        with_kind(
+            &mut crowded_vllm,
+            "full",
+            EngineKind::Vllm,
+            status(95_000, 40, 3, 20_000),
+        );
+        with_kind(
+            &mut crowded_vllm,
+            "idle",
+            EngineKind::Switchyard,
+            status(0, 0, 0, 0),
+        );
+        assert_eq!(plan(&crowded_vllm, &[]), vec![]);
+        assert!(destination_for(&crowded_vllm, "full", 0.0, 5.0).is_none());
+        let mut idle_sglang = Cms::default();
+        with_kind(
+            &mut idle_sglang,
+            "full",
+            EngineKind::Switchyard,
+            status(95_000, 40, 3, 20_000),
+        );
+        with_kind(
+            &mut idle_sglang,
+            "idle",
+            EngineKind::Sglang,
+            status(0, 0, 0, 0),
+        );
+        assert_eq!(plan(&idle_sglang, &[]), vec![]);
+        assert!(destination_for(&idle_sglang, "full", 0.0, 5.0).is_none());
     }
 
     #[test]
