@@ -35,6 +35,8 @@ pub struct MigrationTally {
     pub pauses: Vec<f64>,
     /// Tokens of KV copied.
     pub copied_tokens: u64,
+    /// Rescheduling rounds run (only while the cluster holds requests).
+    pub rounds: u64,
 }
 
 /// Where a move is.
@@ -77,6 +79,7 @@ impl Cluster {
         let Some(rescheduling) = self.rescheduling else {
             return;
         };
+        self.migration.rounds += 1;
         let busy: HashSet<String> = self
             .moves
             .values()
@@ -161,7 +164,7 @@ impl Cluster {
                 m.copied = target;
                 let Some(computed) = self.nodes[m.from].core.computed_tokens(m.seq) else {
                     let why = gone(&self.nodes[m.from].core, m.seq);
-                    return self.abandon(id, why);
+                    return self.abandon(id, why, now);
                 };
                 let rest = computed - m.copied;
                 if m.hand_off {
@@ -179,7 +182,7 @@ impl Cluster {
                     .core
                     .grow_reservation(&mut m.reservation, computed + 1);
                 if !grown {
-                    return self.abandon(id, "no_room");
+                    return self.abandon(id, "no_room", now);
                 }
                 m.stages += 1;
                 m.stage = Stage::Copying { target: computed };
@@ -198,13 +201,13 @@ impl Cluster {
         let core = &self.nodes[m.from].core;
         let Some(computed) = core.computed_tokens(m.seq) else {
             let why = gone(core, m.seq);
-            return self.abandon(id, why);
+            return self.abandon(id, why, now);
         };
         let grown = self.nodes[m.to]
             .core
             .grow_reservation(&mut m.reservation, computed + 1);
         if !grown {
-            return self.abandon(id, "no_room");
+            return self.abandon(id, "no_room", now);
         }
         let rest = computed - m.copied;
         if let Some(since) = m.suspended_at {
@@ -256,14 +259,14 @@ impl Cluster {
             let m = self.moves.get_mut(&id).expect("live move");
             let Some(computed) = self.nodes[n].core.computed_tokens(m.seq) else {
                 let why = gone(&self.nodes[n].core, m.seq);
-                self.abandon(id, why);
+                self.abandon(id, why, now);
                 continue;
             };
             let grown = self.nodes[m.to]
                 .core
                 .grow_reservation(&mut m.reservation, computed);
             if !grown {
-                self.abandon(id, "no_room");
+                self.abandon(id, "no_room", now);
                 continue;
             }
             let rest = computed - m.copied;
@@ -316,14 +319,19 @@ impl Cluster {
         }
     }
 
-    /// Gives move `id` up: the request stays on (or goes back to running on) its source and
-    /// the destination's reservation is freed.
-    fn abandon(&mut self, id: u64, why: &'static str) {
+    /// Gives move `id` up at `now`: the request stays on (or goes back to running on) its
+    /// source and the destination's reservation is freed. Either may have work again (the
+    /// resumed request, prompts that waited for the freed blocks), so both are woken: an idle
+    /// one steps once the event at hand is through.
+    fn abandon(&mut self, id: u64, why: &'static str, now: f64) {
         let m = self.moves.remove(&id).expect("live move");
         self.nodes[m.from].moving_out -= 1;
         self.nodes[m.from].core.resume(m.seq);
         self.nodes[m.to].core.cancel(m.reservation);
         *self.migration.abandoned.entry(why).or_default() += 1;
+        for n in [m.from, m.to] {
+            self.queue(now, Happening::Wake(n));
+        }
     }
 
     /// Whether node `n` may start another move out: an engine moves at most

@@ -138,6 +138,8 @@ enum Happening {
     Reschedule,
     /// A copy stage of the move with this id ended.
     CopyEnd(u64),
+    /// The node may have work again (a move given up): it steps if it is idle.
+    Wake(usize),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -316,6 +318,11 @@ impl Cluster {
         })
     }
 
+    /// Whether any node holds a request, or a move is under way.
+    fn holds_requests(&self) -> bool {
+        !self.moves.is_empty() || self.nodes.iter().any(|n| !n.requests.is_empty())
+    }
+
     fn queue(&mut self, time: f64, happening: Happening) {
         self.queued += 1;
         self.events.push(Event {
@@ -405,14 +412,19 @@ impl Cluster {
         for (i, r) in requests.iter().enumerate() {
             self.queue(r.at, Happening::Arrival(i));
         }
-        if let (Some(r), Some(first)) = (self.rescheduling, requests.first()) {
-            self.queue(first.at + r.config.interval, Happening::Reschedule);
-        }
+        // Rounds run while any request is on the cluster; an arrival to an idle one starts
+        // them again (requests sent minutes apart would otherwise pay for millions of empty
+        // rounds).
+        let mut rounds_on = false;
         let mut tally = Tally::default();
         while let Some(event) = self.events.pop() {
             let now = event.time;
             match event.happening {
                 Happening::Arrival(i) => {
+                    if let (Some(r), false) = (self.rescheduling, rounds_on) {
+                        self.queue(now + r.config.interval, Happening::Reschedule);
+                        rounds_on = true;
+                    }
                     let prompt = prompt_tokens(&requests[i].prompt, words, tokenizer);
                     match self.arrive(i, prompt, requests[i].max_tokens, now, &mut tally) {
                         Ok(instance) => tracks[i].outcome.instance = Some(instance),
@@ -435,12 +447,13 @@ impl Cluster {
                 }
                 Happening::Reschedule => {
                     self.reschedule(now);
-                    // Rounds go on while anything else can still happen.
-                    if let (Some(r), false) = (self.rescheduling, self.events.is_empty()) {
+                    rounds_on = self.holds_requests();
+                    if let (Some(r), true) = (self.rescheduling, rounds_on) {
                         self.queue(now + r.config.interval, Happening::Reschedule);
                     }
                 }
                 Happening::CopyEnd(id) => self.copy_ended(id, now),
+                Happening::Wake(n) => self.start_step(n, now),
             }
         }
         let start = requests.first().map_or(0.0, |r| r.at);
@@ -982,6 +995,21 @@ mod tests {
             slowest_gap(&moved),
             slowest_gap(&stayed)
         );
+    }
+
+    #[test]
+    fn rescheduling_rounds_pause_while_the_cluster_is_idle() {
+        // Two short requests 1,000 s apart: a round every 0.1 s throughout would be 10,000.
+        let config = ClusterConfig {
+            rescheduling: Some(Rescheduling {
+                config: Default::default(),
+            }),
+            ..config(2, Policy::RoundRobin)
+        };
+        let run = simulate_with(&config, &unshared_requests(2, 1000.0));
+        assert!(run.outcomes.iter().all(|o| o.output_tokens == 16));
+        let rounds = run.migration.rounds;
+        assert!((2..100).contains(&rounds), "{rounds} rounds");
     }
 
     #[test]
