@@ -11,7 +11,7 @@
 # SWITCHYARD_POLICIES (cache-aware; comma-separated, each run through its own scheduler),
 # PEER_POLICIES (cache_aware,round_robin; a space for none), LOW_RATE_RUNS (1; 0 skips the
 # 1 req/s runs), SWITCHYARD_SCHEDULER_FLAGS (more flags for switchyard's scheduler, e.g. its
-# SLOs and --rescheduling; none by default).
+# SLOs or --no-rescheduling; none by default).
 # The summary gives each router's highest rate inside the SLOs: the highest swept rate at which
 # at least 90% of the requests met both (and every lower rate did too).
 # The peers are installed with pip into a virtual environment under target/; they are never a

@@ -51,11 +51,10 @@ pub struct SimArgs {
     /// Host memory per instance for the prefix cache's host tier, in GiB (0: none).
     #[arg(long, default_value = "0")]
     pub kv_offloading_size: NonNegative,
-    /// Move running requests between instances (live migration, with the scheduler's
-    /// rescheduler), as `scheduler --rescheduling` does. Off by default, as there, until it
-    /// helps on every workload of the policy suite.
+    /// Leave the rescheduler off, as `scheduler --no-rescheduling` does: by default running
+    /// requests move between instances (live migration) as the scheduler's rescheduler orders.
     #[arg(long)]
-    pub rescheduling: bool,
+    pub no_rescheduling: bool,
     /// Bandwidth of the link KV moves over between instances, in Gb/s.
     #[arg(long, default_value = "25")]
     pub kv_transfer_gbps: Positive,
@@ -137,7 +136,7 @@ impl SimArgs {
             max_num_seqs: self.max_num_seqs,
             gpu_memory_utilization: self.gpu_memory_utilization.get(),
             kv_offloading_size: self.kv_offloading_size.get(),
-            rescheduling: self.rescheduling.then(|| Rescheduling {
+            rescheduling: (!self.no_rescheduling).then(|| Rescheduling {
                 config: ReschedulerConfig::default(),
             }),
             link: KvLink {
@@ -271,11 +270,12 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
                 pauses.sort_by(f64::total_cmp);
                 let p99 = pauses.get((pauses.len() * 99 / 100).min(pauses.len().saturating_sub(1)));
                 eprintln!(
-                    "live migration and hand-offs: moved {:?}, given up {:?}, {:.1} GB of KV copied, pause p99 {:.1} ms",
+                    "live migration and hand-offs: moved {:?}, given up {:?}, {:.1} GB of KV copied, pause p99 {:.1} ms, {} rescheduling rounds",
                     m.moved,
                     m.abandoned,
                     m.copied_tokens as f64 * config.shape.kv_bytes_per_token() as f64 / 1e9,
-                    p99.map_or(0.0, |s| s * 1e3)
+                    p99.map_or(0.0, |s| s * 1e3),
+                    m.rounds
                 );
             }
             results.push(RunResult {

@@ -106,23 +106,23 @@ pub struct SchedulerArgs {
 }
 
 /// Live migration's rescheduler, shared by `scheduler` and `serve` (`sim` has its own
-/// `--rescheduling`).
+/// `--no-rescheduling`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReschedulingFlags {
-    /// Run the rescheduler: move running requests, with their KV, from crowded instances to
-    /// free ones (Llumnix's migration; switchyard engines only). Off by default until it helps
-    /// on every workload of the policy suite (BENCHMARKS.md).
-    #[arg(long, env = "SWITCHYARD_RESCHEDULING")]
-    pub rescheduling: bool,
+    /// Leave the rescheduler off. It runs by default: running requests move, with their KV,
+    /// from crowded or slow instances to free ones (Llumnix's migration; between switchyard
+    /// engines only; vLLM, SGLang and the other servers are left alone).
+    #[arg(long, env = "SWITCHYARD_NO_RESCHEDULING")]
+    pub no_rescheduling: bool,
     /// Seconds between the rescheduler's rounds.
     #[arg(long, env = "SWITCHYARD_RESCHEDULING_INTERVAL", default_value = "0.1")]
     pub rescheduling_interval: Positive,
 }
 
 impl ReschedulingFlags {
-    /// Starts the rescheduler over `service` if the flags ask for it.
+    /// Starts the rescheduler over `service` unless the flags turn it off.
     pub fn start(&self, service: &Arc<SchedulerService>) {
-        if self.rescheduling {
+        if !self.no_rescheduling {
             let config = ReschedulerConfig {
                 interval: self.rescheduling_interval.get(),
                 ..Default::default()
@@ -193,9 +193,9 @@ pub struct PdFlags {
     /// computed on instances that lean prefill, as many as their prefill work keeps busy, and
     /// handed after their first token to the others, which run every other prompt whole; with
     /// a TPOT SLO, once 5% of finished requests are short answers over it, every prompt is
-    /// (the full split, decode side sized first); with --rescheduling, decodes left on an
-    /// instance that turns to prefill move to one that leans decode. Unset, neutral instances
-    /// serve colocated.
+    /// (the full split, decode side sized first); unless --no-rescheduling, decodes left on
+    /// an instance that turns to prefill move to one that leans decode. Unset, neutral
+    /// instances serve colocated.
     #[arg(long, env = "SWITCHYARD_PD", value_parser = ["adaptive"])]
     pub pd: Option<String>,
     /// Prompts with at least this many tokens to compute beyond the prefix a decode-leaning

@@ -599,7 +599,6 @@ async fn the_rescheduler_moves_the_least_urgent_request_to_make_room_for_an_urge
         file.to_str().unwrap(),
         "--discovery-interval",
         "0.2",
-        "--rescheduling",
     ])
     .await;
     let gateway = Process::gateway(&["--scheduler", &scheduler.url(0)]).await;
