@@ -24,9 +24,10 @@
 //!   with less than a step's, which decodes it at full speed while the source works through
 //!   its prompts (the request decodes on at the source while its KV is copied).
 //!
-//! And for a model with a TPOT objective served colocated, the scheduler pairs its instances by
-//! how fast they decode ([`decode_speed_moves`]: the time per output token its step-time fit
-//! predicts for each decode batch, stretched by the instance's recent share of prefill):
+//! And for a model with a TPOT objective, the scheduler pairs its instances that decode (all but
+//! prefill ones, and under adaptive PD those leaning prefill) by how fast they decode
+//! ([`decode_speed_moves`]: the time per output token its step-time fit predicts for each
+//! decode batch, stretched by the instance's recent share of prefill):
 //!
 //! - **decode speed**: the slowest, at [`DECODE_SPEED_SHEDS_AT`] of the objective or past it,
 //!   hands a decoding request to the fastest with room, when that one would still decode in at
@@ -315,28 +316,32 @@ pub const DECODE_SPEED_SHEDS_AT: f64 = 1.0;
 /// How much faster than the source, after the move, the destination must decode.
 const DECODE_SPEED_GAP: f64 = 0.8;
 
-/// Under a TPOT objective of `objective` seconds, the moves that even out how fast the colocated
-/// instances of `model` decode: the slowest instance whose time per output token (`tpot_of`:
-/// with `n` more decoding requests of `tokens` more context, `n` negative for fewer) is at
-/// least [`DECODE_SPEED_SHEDS_AT`] of the objective hands a decoding request to the fastest
-/// one with room for it, when the destination would then still decode at most
-/// [`DECODE_SPEED_GAP`] of the source's time, so nothing moves back. Llumnix balances by KV
-/// freeness; with sessions that keep their instance (their history is cached there) one
-/// instance's decode batch can grow slow while its KV is far from full.
+/// Under a TPOT objective of `objective` seconds, the moves that even out how fast the instances
+/// of `model` that decode (all but prefill ones; under adaptive PD, `leaning`, all but those
+/// leaning prefill) decode: the slowest instance whose time per output token (`tpot_of`: with
+/// `n` more decoding requests of `tokens` more context, `n` negative for fewer) is at least
+/// [`DECODE_SPEED_SHEDS_AT`] of the objective hands a decoding request to the fastest one with
+/// room for it, when the destination would then still decode at most [`DECODE_SPEED_GAP`] of
+/// the source's time, so nothing moves back. Llumnix balances by KV freeness; with sessions
+/// that keep their instance (their history is cached there) one instance's decode batch can
+/// grow slow while its KV is far from full.
+#[allow(clippy::too_many_arguments)]
 pub fn decode_speed_moves(
     cms: &Cms,
     model: &str,
+    leaning: Option<&Leaning>,
     tpot_of: impl Fn(&InstanceState, f64, f64) -> Option<f64>,
     objective: f64,
     busy: &HashSet<String>,
     now: f64,
     staleness: f64,
 ) -> Vec<MoveOrder> {
+    let role = |s: &InstanceState| leaning.map_or(s.meta.role, |l| l.role_of(&s.meta));
     let mut speeds: Vec<(&InstanceState, Load, f64)> = cms
         .iter()
         .filter(|s| {
             s.meta.model == model
-                && s.meta.role == InferStage::Neutral
+                && role(s) != InferStage::Prefill
                 && s.schedulable(now, staleness)
                 && s.moves_requests()
                 && !busy.contains(&s.meta.id)
@@ -647,7 +652,7 @@ mod tests {
             let decoding = f64::from(state.status.as_ref()?.num_decoding) + more;
             Some(0.010 + 0.001 * decoding)
         };
-        decode_speed_moves(cms, "m", tpot_of, 0.050, &busy, 0.0, 5.0)
+        decode_speed_moves(cms, "m", None, tpot_of, 0.050, &busy, 0.0, 5.0)
             .into_iter()
             .map(|m| (m.from, m.to, m.reason))
             .collect()
@@ -698,7 +703,22 @@ mod tests {
         });
         assert!(
             speed_plan(&roles, &[]).is_empty(),
-            "only colocated instances"
+            "a prefill instance takes no decodes"
+        );
+        let mut decoders = cms(&[("slow", "m", decoding(40)), ("fast", "m", decoding(10))]);
+        for id in ["slow", "fast"] {
+            decoders.upsert(InstanceMeta {
+                id: id.into(),
+                endpoint: id.into(),
+                model: "m".into(),
+                role: InferStage::Decode,
+                kind: Default::default(),
+            });
+        }
+        assert_eq!(
+            speed_plan(&decoders, &[]),
+            vec![("slow".into(), "fast".into(), MoveReason::DecodeSpeed)],
+            "decode instances of a disaggregated pool even out too"
         );
     }
 

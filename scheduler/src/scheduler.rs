@@ -247,12 +247,22 @@ impl Scheduler {
     ) -> Vec<crate::rescheduler::MoveOrder> {
         let staleness = self.config.staleness;
         let mut orders = crate::rescheduler::plan_moves(&self.cms, busy, config, now, staleness);
-        for model in self.decode_speed_models() {
+        let taken = |orders: &[crate::rescheduler::MoveOrder]| {
+            let mut busy = busy.clone();
+            busy.extend(orders.iter().flat_map(|o| [o.from.clone(), o.to.clone()]));
+            busy
+        };
+        for (model, leaning) in &self.leaning {
+            let busy = taken(&orders);
+            orders.extend(crate::rescheduler::lean_moves(
+                &self.cms, model, leaning, &busy, now, staleness,
+            ));
+        }
+        for model in self.models() {
             let Some(objective) = self.slos_for(&model).tpot else {
                 continue;
             };
-            let mut busy = busy.clone();
-            busy.extend(orders.iter().flat_map(|o| [o.from.clone(), o.to.clone()]));
+            let busy = taken(&orders);
             let tpot_of = |state: &InstanceState, more: f64, context: f64| {
                 let status = state.status.as_ref()?;
                 Some(crate::predictor::decode_tpot(
@@ -262,29 +272,17 @@ impl Scheduler {
                     state.pressure.share(now),
                 ))
             };
+            let leaning = self.leaning.get(&model);
             orders.extend(crate::rescheduler::decode_speed_moves(
-                &self.cms, &model, tpot_of, objective, &busy, now, staleness,
-            ));
-        }
-        for (model, leaning) in &self.leaning {
-            let mut busy = busy.clone();
-            busy.extend(orders.iter().flat_map(|o| [o.from.clone(), o.to.clone()]));
-            orders.extend(crate::rescheduler::lean_moves(
-                &self.cms, model, leaning, &busy, now, staleness,
+                &self.cms, &model, leaning, tpot_of, objective, &busy, now, staleness,
             ));
         }
         orders
     }
 
-    /// The models whose instances are served colocated (none leans prefill under adaptive PD),
-    /// whose decode speeds the rescheduler evens out.
-    fn decode_speed_models(&self) -> Vec<String> {
-        let mut models: Vec<String> = self
-            .cms
-            .iter()
-            .map(|s| s.meta.model.clone())
-            .filter(|m| !self.leaning.get(m).is_some_and(Leaning::disaggregates))
-            .collect();
+    /// The models the instances serve, each once.
+    fn models(&self) -> Vec<String> {
+        let mut models: Vec<String> = self.cms.iter().map(|s| s.meta.model.clone()).collect();
         models.sort();
         models.dedup();
         models
