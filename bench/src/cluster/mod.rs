@@ -447,7 +447,9 @@ impl Cluster {
                 }
                 Happening::Reschedule => {
                     self.reschedule(now);
-                    rounds_on = self.holds_requests();
+                    // And only while anything else can still happen: a request left with
+                    // nothing to wait for must not keep the rounds going forever.
+                    rounds_on = self.holds_requests() && !self.events.is_empty();
                     if let (Some(r), true) = (self.rescheduling, rounds_on) {
                         self.queue(now + r.config.interval, Happening::Reschedule);
                     }
