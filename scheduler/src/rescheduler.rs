@@ -506,46 +506,36 @@ mod tests {
 
     #[test]
     fn engines_without_migration_neither_send_nor_take() {
-        let with_kind = |cms: &mut Cms, id: &str, kind, status: EngineStatus| {
-            cms.upsert(InstanceMeta {
-                id: id.to_string(),
-                endpoint: id.to_string(),
-                model: "m".to_string(),
-                role: InferStage::Neutral,
-                kind,
-            });
-            cms.update_status(id, status, 0.0, 0.0);
+        // A crowded instance and an idle one, of the given kinds.
+        let pair = |full: EngineKind, idle: EngineKind| {
+            let mut cms = Cms::default();
+            for (id, kind, status) in [
+                ("full", full, status(95_000, 40, 3, 20_000)),
+                ("idle", idle, status(0, 0, 0, 0)),
+            ] {
+                cms.upsert(InstanceMeta {
+                    id: id.to_string(),
+                    endpoint: id.to_string(),
+                    model: "m".to_string(),
+                    role: InferStage::Neutral,
+                    kind,
+                });
+                cms.update_status(id, status, 0.0, 0.0);
+            }
+            cms
         };
-        let mut crowded_vllm = Cms::default();
-        with_kind(
-            &mut crowded_vllm,
-            "full",
-            EngineKind::Vllm,
-            status(95_000, 40, 3, 20_000),
+        let switchyard = pair(EngineKind::Switchyard, EngineKind::Switchyard);
+        assert_eq!(
+            plan(&switchyard, &[]),
+            vec![("full".into(), "idle".into(), MoveReason::Room)]
         );
-        with_kind(
-            &mut crowded_vllm,
-            "idle",
-            EngineKind::Switchyard,
-            status(0, 0, 0, 0),
-        );
-        assert_eq!(plan(&crowded_vllm, &[]), vec![]);
-        assert!(destination_for(&crowded_vllm, "full", 0.0, 5.0).is_none());
-        let mut idle_sglang = Cms::default();
-        with_kind(
-            &mut idle_sglang,
-            "full",
-            EngineKind::Switchyard,
-            status(95_000, 40, 3, 20_000),
-        );
-        with_kind(
-            &mut idle_sglang,
-            "idle",
-            EngineKind::Sglang,
-            status(0, 0, 0, 0),
-        );
-        assert_eq!(plan(&idle_sglang, &[]), vec![]);
-        assert!(destination_for(&idle_sglang, "full", 0.0, 5.0).is_none());
+        for cms in [
+            pair(EngineKind::Vllm, EngineKind::Switchyard),
+            pair(EngineKind::Switchyard, EngineKind::Sglang),
+        ] {
+            assert_eq!(plan(&cms, &[]), vec![]);
+            assert!(destination_for(&cms, "full", 0.0, 5.0).is_none());
+        }
     }
 
     #[test]
