@@ -162,9 +162,9 @@ impl Cluster {
             Stage::Copying { target } => {
                 let m = self.moves.get_mut(&id).expect("live move");
                 m.copied = target;
-                let Some(computed) = self.nodes[m.from].core.computed_tokens(m.seq) else {
-                    let why = gone(&self.nodes[m.from].core, m.seq);
-                    return self.abandon(id, why, now);
+                let computed = match computed_since(&self.nodes[m.from].core, m.seq, m.copied) {
+                    Ok(computed) => computed,
+                    Err(why) => return self.abandon(id, why, now),
                 };
                 let rest = computed - m.copied;
                 if m.hand_off {
@@ -198,10 +198,9 @@ impl Cluster {
     /// for more.
     fn advance_hand_off(&mut self, id: u64, now: f64) {
         let m = self.moves.get_mut(&id).expect("live move");
-        let core = &self.nodes[m.from].core;
-        let Some(computed) = core.computed_tokens(m.seq) else {
-            let why = gone(core, m.seq);
-            return self.abandon(id, why, now);
+        let computed = match computed_since(&self.nodes[m.from].core, m.seq, m.copied) {
+            Ok(computed) => computed,
+            Err(why) => return self.abandon(id, why, now),
         };
         let grown = self.nodes[m.to]
             .core
@@ -257,10 +256,12 @@ impl Cluster {
             .collect();
         for id in waiting {
             let m = self.moves.get_mut(&id).expect("live move");
-            let Some(computed) = self.nodes[n].core.computed_tokens(m.seq) else {
-                let why = gone(&self.nodes[n].core, m.seq);
-                self.abandon(id, why, now);
-                continue;
+            let computed = match computed_since(&self.nodes[n].core, m.seq, m.copied) {
+                Ok(computed) => computed,
+                Err(why) => {
+                    self.abandon(id, why, now);
+                    continue;
+                }
             };
             let grown = self.nodes[m.to]
                 .core
@@ -347,6 +348,17 @@ impl Cluster {
 
     fn node_index(&self, id: &str) -> Option<usize> {
         self.nodes.iter().position(|n| n.id == id)
+    }
+}
+
+/// Tokens of sequence `seq` of `core` computed so far, while the `copied` ones sent before still
+/// hold; else why the move must be given up: it finished, or it was preempted (its KV dropped,
+/// and perhaps computed again since, behind what was copied).
+fn computed_since(core: &EngineCore, seq: SeqId, copied: usize) -> Result<usize, &'static str> {
+    match core.computed_tokens(seq) {
+        Some(computed) if computed >= copied => Ok(computed),
+        Some(_) => Err("preempted"),
+        None => Err(gone(core, seq)),
     }
 }
 
