@@ -463,16 +463,21 @@ mod tests {
         }
     }
 
+    /// An instance `id` of `model` (its endpoint is its id).
+    fn meta(id: &str, model: &str, role: InferStage, kind: EngineKind) -> InstanceMeta {
+        InstanceMeta {
+            id: id.to_string(),
+            endpoint: id.to_string(),
+            model: model.to_string(),
+            role,
+            kind,
+        }
+    }
+
     fn cms(statuses: &[(&str, &str, EngineStatus)]) -> Cms {
         let mut cms = Cms::default();
         for (id, model, status) in statuses {
-            cms.upsert(InstanceMeta {
-                id: id.to_string(),
-                endpoint: id.to_string(),
-                model: model.to_string(),
-                role: InferStage::Neutral,
-                kind: Default::default(),
-            });
+            cms.upsert(meta(id, model, InferStage::Neutral, EngineKind::Switchyard));
             cms.update_status(id, status.clone(), 0.0, 0.0);
         }
         cms
@@ -513,13 +518,7 @@ mod tests {
                 ("full", full, status(95_000, 40, 3, 20_000)),
                 ("idle", idle, status(0, 0, 0, 0)),
             ] {
-                cms.upsert(InstanceMeta {
-                    id: id.to_string(),
-                    endpoint: id.to_string(),
-                    model: "m".to_string(),
-                    role: InferStage::Neutral,
-                    kind,
-                });
+                cms.upsert(meta(id, "m", InferStage::Neutral, kind));
                 cms.update_status(id, status, 0.0, 0.0);
             }
             cms
@@ -684,26 +683,19 @@ mod tests {
         let mut prefill = decoding(0);
         prefill.total_kv_tokens = 100_000;
         let mut roles = cms(&[("slow", "m", decoding(40)), ("prefill", "m", prefill)]);
-        roles.upsert(InstanceMeta {
-            id: "prefill".into(),
-            endpoint: "prefill".into(),
-            model: "m".into(),
-            role: InferStage::Prefill,
-            kind: Default::default(),
-        });
+        roles.upsert(meta(
+            "prefill",
+            "m",
+            InferStage::Prefill,
+            EngineKind::Switchyard,
+        ));
         assert!(
             speed_plan(&roles, &[]).is_empty(),
             "a prefill instance takes no decodes"
         );
         let mut decoders = cms(&[("slow", "m", decoding(40)), ("fast", "m", decoding(10))]);
         for id in ["slow", "fast"] {
-            decoders.upsert(InstanceMeta {
-                id: id.into(),
-                endpoint: id.into(),
-                model: "m".into(),
-                role: InferStage::Decode,
-                kind: Default::default(),
-            });
+            decoders.upsert(meta(id, "m", InferStage::Decode, EngineKind::Switchyard));
         }
         assert_eq!(
             speed_plan(&decoders, &[]),
