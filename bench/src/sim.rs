@@ -62,8 +62,9 @@ pub struct SimArgs {
     /// (e.g. `1:3`), each request computed on a prefill instance and handed with its KV to a
     /// decode one after its first token; or `adaptive`: long prompts (`--pd-long-prompt`) are
     /// computed on instances that lean prefill, as many as their prefill work keeps busy, and
-    /// handed to the others, which run every other prompt whole; with a TPOT SLO, once 5% of
-    /// finished requests are short answers over it, every prompt is (the full split).
+    /// handed to the others, which run every other prompt whole (with a TPOT SLO, only once 5%
+    /// of finished requests miss it colocated); with a TPOT SLO, once 5% of finished requests
+    /// are short answers over it, every prompt is (the full split).
     #[arg(long)]
     pub pd: Option<PdMode>,
     /// With `--pd adaptive`: prompts with at least this many tokens to compute beyond the

@@ -12,9 +12,12 @@
 //! the long prompts' prefill work: the instance-seconds of prefill they bring each second (a
 //! moving rate), rounded, with hysteresis before any instance leans back. With no long prompts,
 //! or too few to keep a quarter of an instance busy, no instance leans prefill and the model is
-//! served colocated.
+//! served colocated; under a TPOT objective it is also served colocated until
+//! [`LEAN_AT_TPOT_MISSES`] of finished requests miss it (where colocated keeps answers inside
+//! it, handing long prompts over only costs: Mooncake conversation lost 2-3% of its goodput).
 
 use crate::cms::{Cms, InstanceMeta};
+use crate::miss_share::MissShare;
 use crate::moving_sum::MovingSum;
 use crate::pd_split::FullSplit;
 use std::collections::BTreeSet;
@@ -51,7 +54,14 @@ pub struct Leaning {
     pub(crate) full: FullSplit,
     /// How many instances lean prefill while the full split is on.
     split: Option<usize>,
+    /// Moving share of finished requests over the TPOT objective.
+    tpot_misses: MissShare,
 }
+
+/// Under a TPOT objective, long prompts start leaning instances prefill only once this share of
+/// finished requests miss it: where serving colocated keeps answers inside their TPOT, handing
+/// long prompts over only costs (the prefill side's queue, the decode side's lost instances).
+pub const LEAN_AT_TPOT_MISSES: f64 = 0.05;
 
 impl Leaning {
     /// Whether instance `id` leans prefill.
@@ -85,6 +95,13 @@ impl Leaning {
         self.long_prompts.add(seconds, now, window);
     }
 
+    /// Counts a finished request that asked for `answer` tokens and whether its TPOT was over
+    /// the objective (towards the full split and the long prompts' leaning).
+    pub fn on_finished(&mut self, answer: u32, over_tpot: bool) {
+        self.full.on_finished(answer, over_tpot);
+        self.tpot_misses.record(over_tpot);
+    }
+
     /// Sets how many instances lean prefill while the [full split](crate::pd_split) is on
     /// (`None`: it is off, and the long prompts decide).
     pub fn set_split(&mut self, prefill: Option<usize>) {
@@ -100,8 +117,10 @@ impl Leaning {
     /// lean prefill as it says; otherwise as many as the long prompts' load rounds to (at most
     /// all but one), grown as soon as it rounds higher, shrunk by one only once it is an
     /// instance and a half below them, or nearly nothing. An instance that joins is the one with
-    /// the least to decode; one that leaves is one with no prompt left to compute.
-    pub fn review(&mut self, cms: &Cms, model: &str, now: f64, window: f64) {
+    /// the least to decode; one that leaves is one with no prompt left to compute. Under a TPOT
+    /// objective (`tpot_objective`), none starts leaning for long prompts until
+    /// [`LEAN_AT_TPOT_MISSES`] of finished requests miss it.
+    pub fn review(&mut self, cms: &Cms, model: &str, tpot_objective: bool, now: f64, window: f64) {
         let instances: Vec<_> = cms.iter().filter(|s| s.meta.model == model).collect();
         self.prefill
             .retain(|id| instances.iter().any(|s| &s.meta.id == id));
@@ -109,9 +128,15 @@ impl Leaning {
         let load = self.load(now, window);
         let wanted = (load.round() as usize).min(most);
         let leaning = self.prefill.len();
+        let colocated_holds = tpot_objective
+            && leaning == 0
+            && self
+                .tpot_misses
+                .share()
+                .is_none_or(|share| share < LEAN_AT_TPOT_MISSES);
         let target = if let Some(split) = self.split {
             split.min(most)
-        } else if wanted > leaning {
+        } else if wanted > leaning && !colocated_holds {
             wanted
         } else if load < leaning as f64 - 1.5 || load < 0.25 {
             leaning.saturating_sub(1)
@@ -194,32 +219,58 @@ mod tests {
         // i0 decodes most, i1 least; i2 has a prompt queued.
         let c = cms(&[(5000, 0), (10, 0), (100, 4096), (200, 0)]);
         let mut l = steady(2.4);
-        l.review(&c, "m", 0.0, 20.0);
+        l.review(&c, "m", false, 0.0, 20.0);
         let leaning: Vec<_> = l.prefill.iter().cloned().collect();
         assert_eq!(leaning, ["i1", "i2"], "the two that decode least");
         // Within the hysteresis nothing changes.
         l.long_prompts = steady(1.3).long_prompts;
-        l.review(&c, "m", 0.0, 20.0);
+        l.review(&c, "m", false, 0.0, 20.0);
         assert_eq!(l.prefill.len(), 2);
         // Lower: one leaves, the one with no prompt left to compute.
         l.long_prompts = steady(0.4).long_prompts;
-        l.review(&c, "m", 0.0, 20.0);
+        l.review(&c, "m", false, 0.0, 20.0);
         assert_eq!(l.prefill.iter().collect::<Vec<_>>(), ["i2"]);
         // With no load i2 would lean back too, but it stays until its prompt is computed.
         l.long_prompts = steady(0.0).long_prompts;
-        l.review(&c, "m", 0.0, 20.0);
+        l.review(&c, "m", false, 0.0, 20.0);
         assert!(l.leans_prefill("i2"));
         let drained = cms(&[(5000, 0), (10, 0), (100, 0), (200, 0)]);
-        l.review(&drained, "m", 0.0, 20.0);
+        l.review(&drained, "m", false, 0.0, 20.0);
         assert!(!l.disaggregates());
         // Never every instance.
         l.long_prompts = steady(10.0).long_prompts;
-        l.review(&c, "m", 0.0, 20.0);
+        l.review(&c, "m", false, 0.0, 20.0);
         assert_eq!(l.prefill.len(), 3);
         // Under the full split its size decides, whatever the long prompts' load.
         l.set_split(Some(1));
-        l.review(&drained, "m", 0.0, 20.0);
+        l.review(&drained, "m", false, 0.0, 20.0);
         assert_eq!(l.prefill.len(), 1);
         assert!(l.splits_fully());
+    }
+
+    #[test]
+    fn under_a_tpot_objective_long_prompts_lean_only_once_answers_miss_it() {
+        let c = cms(&[(5000, 0), (10, 0), (100, 0), (200, 0)]);
+        let mut l = steady(2.4);
+        // Too few finished requests to say, then 2% over the objective: served colocated.
+        l.review(&c, "m", true, 0.0, 20.0);
+        assert!(!l.disaggregates());
+        for i in 0..100 {
+            l.on_finished(300, i % 50 == 0);
+        }
+        l.review(&c, "m", true, 0.0, 20.0);
+        assert!(!l.disaggregates());
+        // 10% over it: the long prompts' load decides, and goes on deciding once they lean,
+        // however few miss then.
+        for i in 0..100 {
+            l.on_finished(300, i % 5 == 0);
+        }
+        l.review(&c, "m", true, 0.0, 20.0);
+        assert_eq!(l.prefill.len(), 2);
+        for _ in 0..1000 {
+            l.on_finished(300, false);
+        }
+        l.review(&c, "m", true, 0.0, 20.0);
+        assert_eq!(l.prefill.len(), 2);
     }
 }

@@ -24,6 +24,7 @@ pub mod answer_length;
 pub mod cms;
 pub mod launcher;
 pub mod lrs;
+pub mod miss_share;
 pub mod moving_sum;
 pub mod pd_split;
 pub mod policy;

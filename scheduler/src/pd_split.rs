@@ -20,6 +20,7 @@
 //! prefill side could not (serving colocated is then better), or when most prompt tokens are
 //! cached (then prompts share steps little anyway).
 
+use crate::miss_share::MissShare;
 use crate::moving_sum::MovingSum;
 use crate::predictor::StepTimeFit;
 
@@ -28,14 +29,8 @@ use crate::predictor::StepTimeFit;
 pub const SHORT_ANSWER_TOKENS: u32 = 20;
 
 /// The split starts once this share of finished requests are short answers over the TPOT
-/// objective...
+/// objective (a [`MissShare`]).
 pub const SPLIT_AT_SHORT_MISSES: f64 = 0.05;
-
-/// ...among at least this many finished requests.
-pub const FINISHED_BEFORE_SPLIT: f64 = 50.0;
-
-/// The weight of each finished request in the moving share of short answers that missed.
-const MISS_WEIGHT: f64 = 1.0 / 256.0;
 
 /// A decode instance is sized to decode with steps at most this many times the TPOT objective
 /// (the objective bounds each request's mean, not every step).
@@ -98,10 +93,8 @@ pub struct FullSplit {
     /// Their prompt tokens not cached anywhere, and all their prompt tokens.
     uncached_tokens: MovingSum,
     prompt_tokens: MovingSum,
-    /// Moving share of finished requests that were short answers over the TPOT objective, and
-    /// how many finished requests it has seen.
-    short_misses: f64,
-    finished: f64,
+    /// Moving share of finished requests that were short answers over the TPOT objective.
+    short_misses: MissShare,
     /// The decode side's size last chosen.
     decode_side: usize,
     /// Whether the split is on.
@@ -129,19 +122,8 @@ impl FullSplit {
     /// Counts a finished request that asked for `answer` tokens and whether its TPOT was over
     /// the objective.
     pub fn on_finished(&mut self, answer: u32, over_tpot: bool) {
-        let miss = over_tpot && answer <= SHORT_ANSWER_TOKENS;
-        self.short_misses += (f64::from(u8::from(miss)) - self.short_misses) * MISS_WEIGHT;
-        self.finished += 1.0;
-    }
-
-    /// The share of finished requests that were short answers over the TPOT objective (the
-    /// moving share, corrected for starting at 0), once enough have finished.
-    fn short_miss_share(&self) -> Option<f64> {
-        if self.finished < FINISHED_BEFORE_SPLIT {
-            return None;
-        }
-        let seen = 1.0 - (1.0 - MISS_WEIGHT).powf(self.finished);
-        Some(self.short_misses / seen)
+        self.short_misses
+            .record(over_tpot && answer <= SHORT_ANSWER_TOKENS);
     }
 
     /// Whether the split is on.
@@ -183,7 +165,8 @@ impl FullSplit {
         };
         let misses = self.on
             || self
-                .short_miss_share()
+                .short_misses
+                .share()
                 .is_some_and(|share| share >= SPLIT_AT_SHORT_MISSES);
         let busy_at_most = match self.on {
             true => 1.0,

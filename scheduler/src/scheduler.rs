@@ -409,7 +409,8 @@ impl Scheduler {
     }
 
     /// Under adaptive PD with a TPOT objective, counts a finished request towards its model's
-    /// [full split](crate::pd_split): a short answer over the objective or not.
+    /// [full split](crate::pd_split) and its long prompts' leaning: over the objective or not,
+    /// and how long its answer was.
     fn count_for_split(&mut self, d: &Dispatch, observed: &Observed) {
         let (Some(tpot_ms), Some(state)) = (observed.tpot_ms, self.cms.get(&d.instance)) else {
             return;
@@ -419,7 +420,7 @@ impl Scheduler {
             return;
         };
         if let Some(leaning) = self.leaning.get_mut(model) {
-            leaning.full.on_finished(
+            leaning.on_finished(
                 observed.output_tokens.unwrap_or(d.answer_tokens),
                 tpot_ms > tpot * 1e3,
             );
@@ -591,7 +592,7 @@ impl Scheduler {
         });
         let leaning = self.leaning.entry(req.model.clone()).or_default();
         leaning.set_split(split);
-        leaning.review(&self.cms, &req.model, now, adaptive.window);
+        leaning.review(&self.cms, &req.model, tpot.is_some(), now, adaptive.window);
         (leaning.disaggregates(), long)
     }
 

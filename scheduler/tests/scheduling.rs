@@ -959,7 +959,9 @@ fn leaning_cluster(
     config: SchedulerConfig,
     max_tokens: u32,
 ) -> (Scheduler, std::collections::BTreeSet<String>) {
+    use switchyard_protocol::schedule::Observed;
     use switchyard_scheduler::adaptive_pd::AdaptivePd;
+    let tpot_objective = config.slos.tpot.is_some();
     let mut s = cluster_with(
         SchedulerConfig {
             adaptive_pd: Some(AdaptivePd {
@@ -970,6 +972,22 @@ fn leaning_cluster(
         },
         4,
     );
+    // Under a TPOT objective long prompts lean instances prefill only once answers miss it
+    // colocated: 50 short prompts with long answers finish over it first.
+    if tpot_objective {
+        for i in 0..50u32 {
+            let id = format!("missed{i}");
+            let prompt: Vec<u32> = (0..100).map(|t| 500_000 + i * 1000 + t).collect();
+            s.schedule(&request(&id, &prompt), 0.0).unwrap();
+            let observed = Observed {
+                ttft_ms: Some(50.0),
+                tpot_ms: Some(1000.0),
+                hand_off: None,
+                output_tokens: Some(200),
+            };
+            s.finish(&id, &observed);
+        }
+    }
     let mut prefill = std::collections::BTreeSet::new();
     for i in 0..40 {
         let id = format!("l{i}");
