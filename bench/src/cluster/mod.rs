@@ -785,14 +785,16 @@ mod tests {
 
     /// `requests` on `instances` predictive instances of the Llama-3.1-8B shape under adaptive
     /// PD (prompts of `long_prompt` tokens disaggregated), with the rescheduler if
-    /// `rescheduling`.
+    /// `rescheduling`, under `slos`.
     fn simulate_adaptive(
         instances: usize,
         long_prompt: u32,
         rescheduling: bool,
+        slos: Slos,
         requests: &[BenchRequest],
     ) -> SimRun {
         let config = ClusterConfig {
+            slos,
             adaptive_pd: Some(AdaptivePd {
                 long_prompt,
                 ..AdaptivePd::default()
@@ -831,7 +833,7 @@ mod tests {
         // Every prompt (2,080 tokens, none shared) is long here, and they come fast enough to
         // keep an instance prefilling: some lean prefill and hand the requests to the others.
         let requests = unshared_requests(256, 0.001);
-        let run = simulate_adaptive(4, 1024, false, &requests);
+        let run = simulate_adaptive(4, 1024, false, Slos::default(), &requests);
         assert_eq!(run.outcomes.len(), 256);
         for o in &run.outcomes {
             assert_eq!(o.error, None);
@@ -842,11 +844,30 @@ mod tests {
     }
 
     #[test]
+    fn under_a_tpot_objective_adaptive_pd_hands_long_prompts_over_only_once_answers_miss_it() {
+        // The long prompts above, spread over five seconds so that answers finish meanwhile,
+        // under a TPOT objective: one no answer misses (a second a token) keeps them colocated;
+        // one every answer misses hands the later ones over.
+        let requests = unshared_requests(256, 0.02);
+        let handed = |tpot: f64| {
+            let slos = Slos {
+                ttft: None,
+                tpot: Some(tpot),
+            };
+            let run = simulate_adaptive(4, 1024, false, slos, &requests);
+            assert!(run.outcomes.iter().all(|o| o.error.is_none()));
+            run.migration.moved.get("pd_handoff").copied().unwrap_or(0)
+        };
+        assert_eq!(handed(1.0), 0);
+        assert!(handed(1e-6) > 0);
+    }
+
+    #[test]
     fn adaptive_pd_leaves_a_prompt_whose_prefix_is_cached_whole() {
         // The same prompts sharing three 2,048-token prefixes: once a prefix is cached, 32
         // tokens are left to compute, which stall no decode, so nothing is handed over.
         let requests = shared_prefix_requests(256, 0.001);
-        let run = simulate_adaptive(4, 1024, false, &requests);
+        let run = simulate_adaptive(4, 1024, false, Slos::default(), &requests);
         let handed = run.migration.moved.get("pd_handoff").copied().unwrap_or(0);
         assert!(
             handed <= 3,
@@ -866,7 +887,7 @@ mod tests {
         };
         let arrivals = crate::workload::synthetic::Arrivals::Poisson { rate: 30.0 };
         let requests = crate::workload::long_context::long_context(spec, arrivals, 7);
-        let run = simulate_adaptive(8, 2048, true, &requests);
+        let run = simulate_adaptive(8, 2048, true, Slos::default(), &requests);
         assert_eq!(run.outcomes.len(), 100);
         for (o, r) in run.outcomes.iter().zip(&requests) {
             assert_eq!(o.error, None);
