@@ -166,6 +166,24 @@ impl Leaning {
             let Some(leaving) = drained else { break };
             self.prefill.remove(&leaving);
         }
+        match (leaning, self.prefill.len()) {
+            (0, 0) => {}
+            (0, now_leaning) => {
+                let misses = self
+                    .tpot_misses
+                    .share()
+                    .map_or("not counted".into(), |share| {
+                        format!("{:.1}%", share * 100.0)
+                    });
+                tracing::info!(
+                    "adaptive PD: {now_leaning} of {model}'s instances lean prefill (long \
+                     prompts' load {load:.2} instances; answers over the TPOT objective: \
+                     {misses})"
+                )
+            }
+            (_, 0) => tracing::info!("adaptive PD: {model} is served colocated again"),
+            _ => {}
+        }
     }
 }
 
