@@ -79,6 +79,12 @@ impl Leaning {
         }
     }
 
+    /// The role an instance plays now under `leaning` if its model has one (see
+    /// [`Leaning::role_of`]), else the role it said.
+    pub fn role_under(leaning: Option<&Leaning>, meta: &InstanceMeta) -> InferStage {
+        leaning.map_or(meta.role, |l| l.role_of(meta))
+    }
+
     /// Whether any instance leans prefill (else the model is served colocated).
     pub fn disaggregates(&self) -> bool {
         !self.prefill.is_empty()

@@ -194,9 +194,9 @@ pub struct PdFlags {
     /// handed after their first token to the others, which run every other prompt whole (with
     /// a TPOT SLO, only once 5% of finished requests miss it colocated); with a TPOT SLO, once
     /// 5% of finished requests are short answers over it, every prompt is (the full split,
-    /// decode side sized first); unless --no-rescheduling, decodes left on
-    /// an instance that turns to prefill move to one that leans decode. Unset, neutral
-    /// instances serve colocated.
+    /// decode side sized first); unless --no-rescheduling, decodes left on an instance that
+    /// turns to prefill move to one that leans decode. Unset, neutral instances serve
+    /// colocated.
     #[arg(long, env = "SWITCHYARD_PD", value_parser = ["adaptive"])]
     pub pd: Option<String>,
     /// Prompts with at least this many tokens to compute beyond the prefix a decode-leaning

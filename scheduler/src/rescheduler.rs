@@ -336,7 +336,7 @@ pub fn decode_speed_moves(
     now: f64,
     staleness: f64,
 ) -> Vec<MoveOrder> {
-    let role = |s: &InstanceState| leaning.map_or(s.meta.role, |l| l.role_of(&s.meta));
+    let role = |s: &InstanceState| Leaning::role_under(leaning, &s.meta);
     let mut speeds: Vec<(&InstanceState, Load, f64)> = cms
         .iter()
         .filter(|s| {
@@ -385,7 +385,7 @@ pub fn decode_instance_for<'c>(
     now: f64,
     staleness: f64,
 ) -> Option<&'c InstanceState> {
-    let role = |s: &InstanceState| leaning.map_or(s.meta.role, |l| l.role_of(&s.meta));
+    let role = |s: &InstanceState| Leaning::role_under(leaning, &s.meta);
     let decoders = cms
         .iter()
         .filter(|s| s.meta.model == model && role(s) == InferStage::Decode);

@@ -709,7 +709,7 @@ impl Scheduler {
             .and_then(|_| self.leaning.get(&req.model))
             .filter(|l| l.disaggregates());
         for state in self.cms.iter() {
-            let role = leaning.map_or(state.meta.role, |l| l.role_of(&state.meta));
+            let role = Leaning::role_under(leaning, &state.meta);
             let fits = stage.is_none_or(|stage| role_fits(role, stage));
             if state.meta.model != req.model || !fits {
                 continue;
@@ -834,11 +834,11 @@ impl Scheduler {
 
     fn view(&self, s: &InstanceState, now: f64) -> InstanceView {
         let live = self.lrs.live(&s.meta.id);
-        let role = self
+        let leaning = self
             .leaning
             .get(&s.meta.model)
-            .filter(|l| l.disaggregates())
-            .map_or(s.meta.role, |l| l.role_of(&s.meta));
+            .filter(|l| l.disaggregates());
+        let role = Leaning::role_under(leaning, &s.meta);
         InstanceView {
             meta: s.meta.clone(),
             role,
