@@ -139,6 +139,7 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
             summary: summarize(&outcomes, duration, w.slo()),
             unlimited_prefix_cache_hit_rate: None,
             prefix_cache_hit_rate,
+            moves: None,
             outcomes,
         });
         eprint!("{}", markdown("workload", &results[results.len() - 1..]));

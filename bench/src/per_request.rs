@@ -117,6 +117,7 @@ mod tests {
             summary: summarize(&outcomes, 1.0, slo),
             prefix_cache_hit_rate: None,
             unlimited_prefix_cache_hit_rate: None,
+            moves: None,
             outcomes,
         };
         let path = std::env::temp_dir().join(format!("requests-{}.jsonl", std::process::id()));

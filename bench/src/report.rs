@@ -1,6 +1,7 @@
 //! A bench's results: JSON for machines, a markdown table for BENCHMARKS.md, SVG plots (latency
 //! CDFs per rate; TTFT and goodput against the request rate).
 
+use crate::cluster::MigrationTally;
 use crate::stats::{Outcome, Slo, Summary};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
@@ -22,6 +23,11 @@ pub struct RunResult {
     /// What one prefix cache of unlimited size, shared by every instance, would have hit (known
     /// to `sim`, which sees every prompt).
     pub unlimited_prefix_cache_hit_rate: Option<f64>,
+    /// What the simulator's live migrations and prefill/decode hand-offs came to: moves made
+    /// by reason, moves given up by why, KV tokens copied, rescheduling rounds (`sim` runs
+    /// that reschedule or hand off; absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moves: Option<MigrationTally>,
     /// Per-request times, for the CDFs (ms TTFT, s end-to-end), not serialized.
     #[serde(skip)]
     pub outcomes: Vec<Outcome>,

@@ -265,8 +265,8 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
                 errors(|e| e.tpot)
             );
             let m = &run.migration;
-            let moves = !m.moved.is_empty() || !m.abandoned.is_empty();
-            if config.rescheduling.is_some() || moves {
+            let reported = config.rescheduling.is_some() || m.happened();
+            if reported {
                 let mut pauses = m.pauses.clone();
                 pauses.sort_by(f64::total_cmp);
                 let p99 = pauses.get((pauses.len() * 99 / 100).min(pauses.len().saturating_sub(1)));
@@ -285,6 +285,7 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
                 summary: summarize(&run.outcomes, run.duration, w.slo()),
                 prefix_cache_hit_rate: Some(run.prefix_cache_hit_rate),
                 unlimited_prefix_cache_hit_rate: Some(run.unlimited_prefix_cache_hit_rate),
+                moves: reported.then_some(run.migration),
                 outcomes: run.outcomes,
             });
             eprint!("{}", markdown("policy", &results[results.len() - 1..]));

@@ -330,6 +330,8 @@ impl Runner<'_> {
             summary: summarize(&run.outcomes, run.duration, self.slo),
             prefix_cache_hit_rate: Some(run.prefix_cache_hit_rate),
             unlimited_prefix_cache_hit_rate: Some(run.unlimited_prefix_cache_hit_rate),
+            moves: (config.rescheduling.is_some() || run.migration.happened())
+                .then_some(run.migration),
             outcomes: run.outcomes,
         }))
     }
@@ -699,6 +701,13 @@ mod tests {
                 at.rate
             );
             assert_eq!(at.summary.completed, at.summary.requests);
+            // The rescheduler runs by default, so every run says what it moved (here nothing
+            // need be) in its JSON.
+            let json = serde_json::to_value(at).unwrap();
+            assert!(json["moves"]["moved"].is_object(), "{json}");
+            assert!(json["moves"]["given_up"].is_object(), "{json}");
+            assert!(json["moves"]["rounds"].is_u64(), "{json}");
+            assert!(json["moves"].get("pauses").is_none(), "{json}");
         }
         let table = matrix(std::slice::from_ref(&result));
         assert!(

@@ -21,8 +21,8 @@ pub struct Rescheduling {
     pub config: ReschedulerConfig,
 }
 
-/// What a run's moves came to.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// What a run's moves came to (in a result's JSON: all but the pauses).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct MigrationTally {
     /// Moves completed, by reason label.
     pub moved: BTreeMap<&'static str, u64>,
@@ -30,13 +30,22 @@ pub struct MigrationTally {
     /// dropped its KV to make room; it is recomputed there) or `no_room` (the destination could
     /// not hold it, or took in as many moves at once as an engine does); the request stayed on
     /// its source in every case.
+    #[serde(rename = "given_up")]
     pub abandoned: BTreeMap<&'static str, u64>,
     /// Seconds each completed move kept its request suspended.
+    #[serde(skip)]
     pub pauses: Vec<f64>,
     /// Tokens of KV copied.
     pub copied_tokens: u64,
     /// Rescheduling rounds run (only while the cluster holds requests).
     pub rounds: u64,
+}
+
+impl MigrationTally {
+    /// Whether any move was made or given up.
+    pub fn happened(&self) -> bool {
+        !self.moved.is_empty() || !self.abandoned.is_empty()
+    }
 }
 
 /// Where a move is.
