@@ -265,7 +265,7 @@ pub fn run_sim(args: SimArgs) -> anyhow::Result<()> {
                 errors(|e| e.tpot)
             );
             let m = &run.migration;
-            let reported = config.rescheduling.is_some() || m.happened();
+            let reported = m.worth_reporting(config.rescheduling.is_some());
             if reported {
                 let mut pauses = m.pauses.clone();
                 pauses.sort_by(f64::total_cmp);

@@ -330,7 +330,9 @@ impl Runner<'_> {
             summary: summarize(&run.outcomes, run.duration, self.slo),
             prefix_cache_hit_rate: Some(run.prefix_cache_hit_rate),
             unlimited_prefix_cache_hit_rate: Some(run.unlimited_prefix_cache_hit_rate),
-            moves: (config.rescheduling.is_some() || run.migration.happened())
+            moves: run
+                .migration
+                .worth_reporting(config.rescheduling.is_some())
                 .then_some(run.migration),
             outcomes: run.outcomes,
         }))

@@ -42,9 +42,10 @@ pub struct MigrationTally {
 }
 
 impl MigrationTally {
-    /// Whether any move was made or given up.
-    pub fn happened(&self) -> bool {
-        !self.moved.is_empty() || !self.abandoned.is_empty()
+    /// Whether a run's results say what it moved: when it rescheduled (`rescheduling`), or
+    /// when any move was made or given up (prefill/decode hand-offs).
+    pub fn worth_reporting(&self, rescheduling: bool) -> bool {
+        rescheduling || !self.moved.is_empty() || !self.abandoned.is_empty()
     }
 }
 
