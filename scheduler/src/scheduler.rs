@@ -11,7 +11,7 @@ use crate::predictor::{
     DEFAULT_PRIOR,
 };
 use crate::prefix_index::{IndexError, PrefixIndex, Slot};
-use crate::score::{score, Slos};
+use crate::score::{near_tie, score, Slos};
 use crate::step_fits::StepFits;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use rustc_hash::FxHashMap;
@@ -762,7 +762,14 @@ impl Scheduler {
         if candidates.iter().any(|c| limits.admits(policy, &c.1)) {
             candidates.retain(|c| limits.admits(policy, &c.1));
         }
-        let chosen = choose(policy, &candidates, &mut self.round_robin, &mut self.rng);
+        let tpot = self.slos_for(&req.model).tpot;
+        let chosen = choose(
+            policy,
+            &candidates,
+            tpot,
+            &mut self.round_robin,
+            &mut self.rng,
+        );
         if tracing::enabled!(tracing::Level::DEBUG) {
             log_candidates(&req.request_id, policy, &candidates, chosen);
         }
@@ -979,11 +986,13 @@ fn split_cluster<'a>(
     })
 }
 
-/// The candidate `policy` picks: the next in turn, the better of two random ones, or the best
-/// key (ties broken by a draw).
+/// The candidate `policy` picks: the next in turn, the better of two random ones, a draw among
+/// the best and its near ties (predictive, under the TPOT objective `tpot`; see
+/// [`near_tie`]), or the best key (ties broken by a draw).
 fn choose(
     policy: Policy,
     candidates: &[(&InstanceState, CandidateMetrics)],
+    tpot: Option<f64>,
     round_robin: &mut u64,
     rng: &mut SmallRng,
 ) -> usize {
@@ -1000,7 +1009,17 @@ fn choose(
         }
         policy => {
             let keys: Vec<[f64; 3]> = candidates.iter().map(|c| policy.key(&c.1)).collect();
-            select(&keys, rng.random()).expect("candidates exist")
+            let best = select(&keys, rng.random()).expect("candidates exist");
+            if policy != Policy::Predictive {
+                return best;
+            }
+            let near: Vec<usize> = (0..candidates.len())
+                .filter(|&i| i == best || near_tie(&candidates[best].1, &candidates[i].1, tpot))
+                .collect();
+            match near.len() {
+                1 => best,
+                n => near[rng.random_range(0..n)],
+            }
         }
     }
 }
