@@ -378,6 +378,64 @@ fn predictive(slos: Slos) -> SchedulerConfig {
     }
 }
 
+/// Where one request goes, from a fresh scheduler seeded with each of `seeds`, over an idle
+/// instance and one decoding a single short request (a little more latency added there).
+fn picks_over_seeds(slos: Slos, seeds: std::ops::Range<u64>) -> HashMap<String, usize> {
+    let mut picks = HashMap::new();
+    for seed in seeds {
+        let mut s = Scheduler::new(predictive(slos), seed);
+        for i in 0..2 {
+            s.add_instance(InstanceMeta {
+                id: format!("i{i}"),
+                endpoint: format!("http://127.0.0.1:{}", 9000 + i),
+                model: "m".into(),
+                role: InferStage::Neutral,
+                kind: EngineKind::Switchyard,
+            });
+        }
+        s.on_status("i0", idle(), 0.0);
+        let busy = EngineStatus {
+            num_running: 1,
+            num_decoding: 1,
+            decode_tokens: 64,
+            ..idle()
+        };
+        s.on_status("i1", busy, 0.0);
+        let prompt: Vec<u32> = (0..300).collect();
+        // A long answer: the latency the request adds to itself outweighs what it adds to the
+        // one decoding on i1 (within 5% of i0's in all).
+        let req = ScheduleRequest {
+            max_tokens: 1000,
+            ..request("r", &prompt)
+        };
+        let placed = s.schedule(&req, 0.1).unwrap();
+        *picks.entry(placed.decision.instance_id).or_default() += 1;
+    }
+    picks
+}
+
+#[test]
+fn under_a_tpot_objective_near_ties_are_drawn_and_without_one_the_least_is_taken() {
+    let tpot = Slos {
+        ttft: Some(1.0),
+        tpot: Some(0.05),
+    };
+    let drawn = picks_over_seeds(tpot, 0..40);
+    assert!(
+        drawn.get("i0").is_some_and(|&n| n > 0) && drawn.get("i1").is_some_and(|&n| n > 0),
+        "{drawn:?}"
+    );
+    let least = picks_over_seeds(Slos::default(), 0..40);
+    assert_eq!(least.get("i0"), Some(&40), "{least:?}");
+    // An objective the near tie's predicted TPOT is not well under draws nothing.
+    let tight = Slos {
+        ttft: Some(1.0),
+        tpot: Some(0.001),
+    };
+    let tight_picks = picks_over_seeds(tight, 0..40);
+    assert_eq!(tight_picks.len(), 1, "{tight_picks:?}");
+}
+
 #[test]
 fn without_slos_the_latency_added_to_everyone_decides_not_the_requests_own_ttft() {
     // 200 requests decode on i0 at about 48 ms a token; its cached half makes the request's
