@@ -1010,7 +1010,7 @@ fn choose(
         policy => {
             let keys: Vec<[f64; 3]> = candidates.iter().map(|c| policy.key(&c.1)).collect();
             let best = select(&keys, rng.random()).expect("candidates exist");
-            if policy != Policy::Predictive {
+            if policy != Policy::Predictive || tpot.is_none() {
                 return best;
             }
             let near: Vec<usize> = (0..candidates.len())

@@ -38,7 +38,12 @@ fn cluster_with(config: SchedulerConfig, n: usize) -> Scheduler {
 
 /// `n` idle instances of the engine kind that publishes `events`.
 fn cluster_of(config: SchedulerConfig, n: usize, events: Events) -> Scheduler {
-    let mut s = Scheduler::new(config, 7);
+    seeded_cluster_of(config, n, events, 7)
+}
+
+/// [`cluster_of`], with the scheduler's random draws seeded by `seed`.
+fn seeded_cluster_of(config: SchedulerConfig, n: usize, events: Events, seed: u64) -> Scheduler {
+    let mut s = Scheduler::new(config, seed);
     for i in 0..n {
         let id = format!("i{i}");
         s.add_instance(InstanceMeta {
@@ -383,17 +388,7 @@ fn predictive(slos: Slos) -> SchedulerConfig {
 fn picks_over_seeds(slos: Slos, seeds: std::ops::Range<u64>) -> HashMap<String, usize> {
     let mut picks = HashMap::new();
     for seed in seeds {
-        let mut s = Scheduler::new(predictive(slos), seed);
-        for i in 0..2 {
-            s.add_instance(InstanceMeta {
-                id: format!("i{i}"),
-                endpoint: format!("http://127.0.0.1:{}", 9000 + i),
-                model: "m".into(),
-                role: InferStage::Neutral,
-                kind: EngineKind::Switchyard,
-            });
-        }
-        s.on_status("i0", idle(), 0.0);
+        let mut s = seeded_cluster_of(predictive(slos), 2, Events::Switchyard, seed);
         let busy = EngineStatus {
             num_running: 1,
             num_decoding: 1,
