@@ -90,6 +90,9 @@ pub struct CandidateMetrics {
     pub predicted_tpot_before: f64,
     /// Seconds each of the instance's requests waits longer if it comes.
     pub delay_each: f64,
+    /// Predicted seconds of a decode step there before this request comes, with no prompt
+    /// sharing it.
+    pub decode_step: f64,
     /// Tokens of the shortest answer among the requests this scheduler placed there that are
     /// still live (0: none known).
     pub shortest_answer: f64,

@@ -221,6 +221,8 @@ pub struct TpotOutlook {
     /// Seconds each request there waits longer if it comes: its prompt's compute, and its
     /// share of every step while it decodes, both stretched by the prefill sharing the steps.
     pub delay_each: f64,
+    /// Seconds of a decode step there before the request comes, with no prompt sharing it.
+    pub decode_step: f64,
 }
 
 /// Predicted seconds per output token: a decode step's time (the batch, and the request's own
@@ -247,6 +249,7 @@ pub fn predict_tpot(fit: &StepTimeFit, q: &QueueShape) -> TpotOutlook {
         own: decode_after * stretch(queued),
         others_before: decode_before * stretch(queued),
         delay_each: (own_prefill + q.output_tokens * extra_step) * stretch(queued),
+        decode_step: decode_before,
     }
 }
 
@@ -405,6 +408,11 @@ mod tests {
         );
         assert!((pressed.own / quiet.own - 2.0).abs() < 1e-9);
         assert!((pressed.others_before / quiet.others_before - 2.0).abs() < 1e-9);
+        assert_eq!(
+            pressed.decode_step, quiet.decode_step,
+            "a step without prefill"
+        );
+        assert_eq!(quiet.decode_step, quiet.others_before);
         let prompts = predict_tpot(
             &fit,
             &QueueShape {

@@ -1124,5 +1124,6 @@ fn candidate_metrics(
     m.predicted_tpot = tpot.own;
     m.predicted_tpot_before = tpot.others_before;
     m.delay_each = tpot.delay_each;
+    m.decode_step = tpot.decode_step;
     m
 }
