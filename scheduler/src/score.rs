@@ -94,7 +94,9 @@ fn ttft_risk(predicted: f64, ttft: f64) -> f64 {
 /// answer's time per token is its steps plus the wait spread over its gaps, and its steps are
 /// stretched by the other prompts sharing them. On the Azure code trace at 38 req/s (every miss
 /// a TPOT miss of an answer under 50 tokens) the share inside the SLOs is 90.13% with 1.5 steps,
-/// 89.52% with none, 89.69% with 1, 89.96% with 2.
+/// 89.52% with none, 89.69% with 1, 89.96% with 2. Where the steps are slow for the objective
+/// (8 simulated A100s) 1.5 of them are most of it, prompts gather on the instances without a
+/// short answer live, and that trace's P99 TPOT grows about 1.2x (BENCHMARKS.md).
 pub const SHORT_ANSWER_STEPS: f64 = 1.5;
 
 /// The cached share of a prompt from which the decode steps do not count for the shortest
