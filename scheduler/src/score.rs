@@ -115,11 +115,14 @@ pub const SHORT_ANSWER_CACHED: f64 = 0.5;
 /// counting only answers newly pushed over it sends the longest prompts to those instances
 /// (long-context at saturation: P99 TPOT 78.6 ms against 67.7).
 fn pushes_shortest_answer(m: &CandidateMetrics, tpot: f64) -> bool {
+    if m.shortest_answer < 2.0 {
+        return false;
+    }
     let steps = match cached_share(m) < SHORT_ANSWER_CACHED {
         true => SHORT_ANSWER_STEPS * m.decode_step,
         false => 0.0,
     };
-    m.shortest_answer >= 2.0 && m.delay_each / (m.shortest_answer - 1.0) + steps > tpot
+    m.delay_each / (m.shortest_answer - 1.0) + steps > tpot
 }
 
 /// The share of the request's prompt cached on the candidate.
