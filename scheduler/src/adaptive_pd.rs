@@ -48,6 +48,9 @@ impl Default for AdaptivePd {
 pub struct Leaning {
     /// Instances that lean prefill.
     prefill: BTreeSet<String>,
+    /// Of those, the ones leaning back to decode: they take no new prompt, and lean decode once
+    /// the prompts they hold are computed.
+    leaving: BTreeSet<String>,
     /// Instance-seconds of long-prompt prefill.
     long_prompts: MovingSum,
     /// When every prompt is handed over.
@@ -69,6 +72,11 @@ impl Leaning {
         self.prefill.contains(id)
     }
 
+    /// Whether instance `id` leans prefill but is leaning back to decode: it takes no new prompt.
+    pub fn leans_back(&self, id: &str) -> bool {
+        self.leaving.contains(id)
+    }
+
     /// The role an instance plays now: a neutral one leans prefill or decode; one that said its
     /// own role keeps it.
     pub fn role_of(&self, meta: &InstanceMeta) -> InferStage {
@@ -83,6 +91,11 @@ impl Leaning {
     /// [`Leaning::role_of`]), else the role it said.
     pub fn role_under(leaning: Option<&Leaning>, meta: &InstanceMeta) -> InferStage {
         leaning.map_or(meta.role, |l| l.role_of(meta))
+    }
+
+    /// How many instances lean prefill and take new prompts.
+    fn taking(&self) -> usize {
+        self.prefill.len() - self.leaving.len()
     }
 
     /// Whether any instance leans prefill (else the model is served colocated).
@@ -130,6 +143,7 @@ impl Leaning {
         let instances: Vec<_> = cms.iter().filter(|s| s.meta.model == model).collect();
         self.prefill
             .retain(|id| instances.iter().any(|s| &s.meta.id == id));
+        self.leaving.retain(|id| self.prefill.contains(id));
         let most = instances.len().saturating_sub(1);
         let load = self.load(now, window);
         let wanted = (load.round() as usize).min(most);
@@ -152,6 +166,13 @@ impl Leaning {
         let status_value = |id: &str, f: fn(&EngineStatus) -> u64| {
             cms.get(id).and_then(|s| s.status.as_ref()).map_or(0, f)
         };
+        // Those leaning back to decode are taken back first.
+        while self.taking() < target {
+            let Some(back) = self.leaving.pop_first() else {
+                break;
+            };
+            tracing::debug!("adaptive PD: {back} leans prefill again");
+        }
         while self.prefill.len() < target {
             let joining = instances
                 .iter()
@@ -161,16 +182,29 @@ impl Leaning {
             self.prefill.insert(joining.meta.id.clone());
         }
         // An instance leans back to decode only once it has no prompt left to compute, so that
-        // the decodes it takes on never share steps with a long prompt.
+        // the decodes it takes on never share steps with a long prompt; until then it takes no
+        // new prompt (else, under load, it never would have none). The one with the fewest
+        // prompt tokens left goes first.
         let queued = |st: &EngineStatus| st.prefill_tokens_to_compute();
-        while self.prefill.len() > target {
-            let drained = self
+        while self.taking() > target {
+            let leaving = self
                 .prefill
                 .iter()
-                .find(|id| status_value(id, queued) == 0)
+                .filter(|id| !self.leaving.contains(*id))
+                .min_by_key(|id| (status_value(id, queued), *id))
                 .cloned();
-            let Some(leaving) = drained else { break };
-            self.prefill.remove(&leaving);
+            let Some(leaving) = leaving else { break };
+            self.leaving.insert(leaving);
+        }
+        let drained: Vec<String> = self
+            .leaving
+            .iter()
+            .filter(|id| status_value(id, queued) == 0)
+            .cloned()
+            .collect();
+        for id in drained {
+            self.leaving.remove(&id);
+            self.prefill.remove(&id);
         }
         match (leaning, self.prefill.len()) {
             (0, 0) => {}
@@ -254,10 +288,19 @@ mod tests {
         l.long_prompts = steady(0.4).long_prompts;
         l.review(&c, "m", false, 0.0, 20.0);
         assert_eq!(l.prefill.iter().collect::<Vec<_>>(), ["i2"]);
-        // With no load i2 would lean back too, but it stays until its prompt is computed.
+        // With no load i2 leans back too, but it leans prefill until its prompt is computed,
+        // taking no new one meanwhile.
         l.long_prompts = steady(0.0).long_prompts;
         l.review(&c, "m", false, 0.0, 20.0);
-        assert!(l.leans_prefill("i2"));
+        assert!(l.leans_prefill("i2") && l.leans_back("i2"));
+        // Load again: it takes prompts again before any other instance joins.
+        l.long_prompts = steady(1.0).long_prompts;
+        l.review(&c, "m", false, 0.0, 20.0);
+        assert!(l.leans_prefill("i2") && !l.leans_back("i2"));
+        assert_eq!(l.prefill.len(), 1);
+        l.long_prompts = steady(0.0).long_prompts;
+        l.review(&c, "m", false, 0.0, 20.0);
+        assert!(l.leans_back("i2"));
         let drained = cms(&[(5000, 0), (10, 0), (100, 0), (200, 0)]);
         l.review(&drained, "m", false, 0.0, 20.0);
         assert!(!l.disaggregates());

@@ -22,6 +22,7 @@
 pub mod adaptive_pd;
 pub mod answer_length;
 pub mod cms;
+pub mod handoffs;
 pub mod launcher;
 pub mod lrs;
 pub mod miss_share;

@@ -41,6 +41,7 @@
 
 use crate::adaptive_pd::Leaning;
 use crate::cms::{Cms, InstanceState};
+use crate::handoffs::PendingHandOffs;
 use std::collections::HashSet;
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::migration::MoveFirst;
@@ -269,7 +270,7 @@ pub fn destination_for<'c>(
     let others = cms
         .iter()
         .filter(|s| s.meta.id != from && s.meta.model == source.meta.model);
-    freest_with_room(others, moved, now, staleness)
+    freest_with_room(others, moved, now, staleness, |_| (0.0, 0.0))
 }
 
 /// Under adaptive PD, one move out of each prefill-leaning instance of `model` that still has
@@ -300,7 +301,7 @@ pub fn lean_moves(
         let decoders = cms
             .iter()
             .filter(|s| leans(s, InferStage::Decode) && !busy.contains(&s.meta.id));
-        if let Some(to) = freest_with_room(decoders, moved, now, staleness) {
+        if let Some(to) = freest_with_room(decoders, moved, now, staleness, |_| (0.0, 0.0)) {
             busy.insert(to.meta.id.clone());
             orders.push(order(&source.meta.id, &to.meta.id, MoveReason::Lean));
         }
@@ -375,12 +376,14 @@ pub fn decode_speed_moves(
 }
 
 /// The decode instance of `model` a disaggregated request needing `tokens` of KV is handed to at
-/// `now`: the freest schedulable one with room for it, if any. Under adaptive PD (`leaning`),
-/// neutral instances that lean decode count as decode ones.
+/// `now`: the freest schedulable one with room for it, if any, counting in the hand-offs to it
+/// that its status does not show yet (`pending`). Under adaptive PD (`leaning`), neutral
+/// instances that lean decode count as decode ones.
 pub fn decode_instance_for<'c>(
     cms: &'c Cms,
     model: &str,
     leaning: Option<&Leaning>,
+    pending: &PendingHandOffs,
     tokens: u64,
     now: f64,
     staleness: f64,
@@ -389,22 +392,30 @@ pub fn decode_instance_for<'c>(
     let decoders = cms
         .iter()
         .filter(|s| s.meta.model == model && role(s) == InferStage::Decode);
-    freest_with_room(decoders, tokens as f64, now, staleness)
+    freest_with_room(decoders, tokens as f64, now, staleness, |s| {
+        pending.unseen(&s.meta.id, s.status_time)
+    })
 }
 
 /// The freest of `candidates` schedulable at `now` that can take a request's KV, whose queue
-/// fits and who has room for `tokens` more tokens.
+/// fits and who has room for `tokens` more tokens, by its status; `unseen` requests and KV
+/// tokens of each (sent there since) count in its freeness, not in its room.
 fn freest_with_room<'c>(
     candidates: impl Iterator<Item = &'c InstanceState>,
     tokens: f64,
     now: f64,
     staleness: f64,
+    unseen: impl Fn(&InstanceState) -> (f64, f64),
 ) -> Option<&'c InstanceState> {
     candidates
         .filter(|s| s.schedulable(now, staleness) && s.moves_requests())
         .filter_map(|s| Some((s, s.status.as_ref().and_then(Load::of)?)))
         .filter(|(_, load)| !load.short && load.room >= tokens)
-        .max_by(|a, b| a.1.freeness().total_cmp(&b.1.freeness()))
+        .map(|(s, load)| {
+            let (requests, kv) = unseen(s);
+            (s, load.freeness_after(kv, requests))
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(s, _)| s)
 }
 

@@ -3,6 +3,7 @@
 use crate::adaptive_pd::{AdaptivePd, Leaning};
 use crate::answer_length::AnswerLengths;
 use crate::cms::{Cms, EngineKind, InstanceMeta, InstanceState};
+use crate::handoffs::PendingHandOffs;
 use crate::lrs::{Dispatch, InFlight, Live, Lrs};
 use crate::pd_split::Cluster as SplitCluster;
 use crate::policy::{select, CandidateMetrics, Policy, SoftLimits};
@@ -174,6 +175,8 @@ pub struct Scheduler {
     answers: FxHashMap<String, AnswerLengths>,
     /// The tokens expected of the answer of the request being placed.
     answer: f64,
+    /// Hand-offs to decode instances that their status does not show yet.
+    handoffs: PendingHandOffs,
 }
 
 impl Scheduler {
@@ -194,6 +197,7 @@ impl Scheduler {
             leaning: FxHashMap::default(),
             answers: FxHashMap::default(),
             answer: 0.0,
+            handoffs: PendingHandOffs::default(),
         }
     }
 
@@ -213,6 +217,7 @@ impl Scheduler {
             self.index.remove_instance(state.slot);
             self.lrs.remove_instance(id);
             self.fits.remove(id);
+            self.handoffs.remove_instance(id);
         }
     }
 
@@ -308,6 +313,7 @@ impl Scheduler {
             .of(id)
             .map_or(0.0, |fit| measured_prefill_seconds(fit, &status.steps));
         self.cms.update_status(id, status, prefill_seconds, now);
+        self.handoffs.seen(id, now);
     }
 
     /// An instance could not be reached: it takes no requests, and its prefix-index entries
@@ -502,18 +508,24 @@ impl Scheduler {
         };
         let needed = req.prompt_tokens as u64 + req.max_tokens as u64;
         let leaning = self.leaning.get(&req.model).filter(|_| adaptive);
-        placement.decision.decode = crate::rescheduler::decode_instance_for(
+        let decode = crate::rescheduler::decode_instance_for(
             &self.cms,
             &req.model,
             leaning,
+            &self.handoffs,
             needed,
             now,
             self.config.staleness,
-        )
-        .map(|s| HandOff {
-            instance_id: s.meta.id.clone(),
-            endpoint: s.meta.endpoint.clone(),
-        });
+        );
+        if let Some(s) = decode {
+            // It reaches the decode instance once its first token is computed.
+            let arrives = now + placement.decision.predicted_ttft_ms.unwrap_or(0.0) / 1e3;
+            self.handoffs.add(&s.meta.id, needed as f64, arrives);
+            placement.decision.decode = Some(HandOff {
+                instance_id: s.meta.id.clone(),
+                endpoint: s.meta.endpoint.clone(),
+            });
+        }
         Ok(placement)
     }
 
@@ -711,7 +723,9 @@ impl Scheduler {
         for state in self.cms.iter() {
             let role = Leaning::role_under(leaning, &state.meta);
             let fits = stage.is_none_or(|stage| role_fits(role, stage));
-            if state.meta.model != req.model || !fits {
+            let leans_back = stage == Some(InferStage::Prefill)
+                && leaning.is_some_and(|l| l.leans_back(&state.meta.id));
+            if state.meta.model != req.model || !fits || leans_back {
                 continue;
             }
             serving += 1;

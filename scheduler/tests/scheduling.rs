@@ -911,6 +911,46 @@ fn a_disaggregated_model_is_placed_on_a_prefill_instance_and_handed_to_the_frees
         ("d1", "http://d1")
     );
 
+    // Until a status taken after they arrive says otherwise, what was handed to d1 counts:
+    // four hand-offs of 20,000 tokens make it less free than d0 (room per running request:
+    // 9,700 / 15 against 40,000 / 60), and the next goes to d0.
+    let mut to = Vec::new();
+    for i in 0..6 {
+        let mut r = request(&format!("h{i}"), &[2; 40]);
+        r.max_tokens = 20_000;
+        let decision = s.schedule(&r, 0.1).unwrap().decision;
+        to.push(decision.decode.expect("a decode instance").instance_id);
+    }
+    assert_eq!(to, ["d1", "d1", "d1", "d1", "d0", "d1"]);
+    // A status of d1 taken since shows them (here: as gone): it is the freest again.
+    let status = EngineStatus {
+        role: InferStage::Decode,
+        used_kv_tokens: 10_000,
+        num_running: 10,
+        ..idle()
+    };
+    s.on_status("d1", status, 5.0);
+    s.on_status(
+        "d0",
+        EngineStatus {
+            role: InferStage::Decode,
+            used_kv_tokens: 60_000,
+            num_running: 60,
+            ..idle()
+        },
+        5.0,
+    );
+    s.on_status(
+        "p0",
+        EngineStatus {
+            role: InferStage::Prefill,
+            ..idle()
+        },
+        5.0,
+    );
+    let decision = s.schedule(&request("h4", &[3; 40]), 5.0).unwrap().decision;
+    assert_eq!(decision.decode.unwrap().instance_id, "d1");
+
     // No decode instance has room for the request: it stays on its prefill instance.
     let mut big = request("big", &[1; 40]);
     big.max_tokens = 95_000;
