@@ -4,20 +4,20 @@
 //! prompt runs whole on the decode-leaning instances (as does a long prompt that no
 //! prefill-leaning instance would serve inside its SLOs, where a decode-leaning one would
 //! without pushing its decodes past theirs; the scheduler decides that). Under the [full
-//! split](crate::pd_split), which a TPOT objective and short answers missing it start, every
+//! split](crate::pd_split), which a TPOT objective and answers missing it start, every
 //! prompt is handed over and the split sets how many instances lean prefill. A prompt is long
 //! by the tokens left to compute on the decode-leaning instance that holds the most of it, where
 //! it would otherwise run (a prefix cached only on the prefill side is computed there, and the
 //! rest handed over). How many instances lean prefill follows
 //! the long prompts' prefill work: the instance-seconds of prefill they bring each second (a
-//! moving rate), rounded, with hysteresis before any instance leans back. With no long prompts,
+//! moving rate), rounded, with hysteresis before any instance leans back (it takes no new
+//! prompt then, and leans decode once those it holds are computed). With no long prompts,
 //! or too few to keep a quarter of an instance busy, no instance leans prefill and the model is
 //! served colocated; under a TPOT objective it is also served colocated until
 //! [`LEAN_AT_TPOT_MISSES`] of finished requests miss it (where colocated keeps answers inside
 //! it, handing long prompts over only costs: Mooncake conversation lost 2-3% of its goodput).
 
 use crate::cms::{Cms, InstanceMeta};
-use crate::miss_share::MissShare;
 use crate::moving_sum::MovingSum;
 use crate::pd_split::FullSplit;
 use std::collections::BTreeSet;
@@ -57,8 +57,6 @@ pub struct Leaning {
     pub(crate) full: FullSplit,
     /// How many instances lean prefill while the full split is on.
     split: Option<usize>,
-    /// Moving share of finished requests over the TPOT objective.
-    tpot_misses: MissShare,
 }
 
 /// Under a TPOT objective, long prompts start leaning instances prefill only once this share of
@@ -114,11 +112,10 @@ impl Leaning {
         self.long_prompts.add(seconds, now, window);
     }
 
-    /// Counts a finished request that asked for `answer` tokens and whether its TPOT was over
-    /// the objective (towards the full split and the long prompts' leaning).
-    pub fn on_finished(&mut self, answer: u32, over_tpot: bool) {
-        self.full.on_finished(answer, over_tpot);
-        self.tpot_misses.record(over_tpot);
+    /// Counts a finished request dispatched at `dispatched`, whose TPOT was over the objective
+    /// or not (towards the full split and the long prompts' leaning).
+    pub fn on_finished(&mut self, over_tpot: bool, dispatched: f64) {
+        self.full.on_finished(over_tpot, dispatched);
     }
 
     /// Sets how many instances lean prefill while the [full split](crate::pd_split) is on
@@ -151,8 +148,8 @@ impl Leaning {
         let colocated_holds = tpot_objective
             && leaning == 0
             && self
-                .tpot_misses
-                .share()
+                .full
+                .miss_share()
                 .is_none_or(|share| share < LEAN_AT_TPOT_MISSES);
         let target = if let Some(split) = self.split {
             split.min(most)
@@ -210,8 +207,8 @@ impl Leaning {
             (0, 0) => {}
             (0, now_leaning) => {
                 let misses = self
-                    .tpot_misses
-                    .share()
+                    .full
+                    .miss_share()
                     .map_or("not counted".into(), |share| {
                         format!("{:.1}%", share * 100.0)
                     });
@@ -323,19 +320,19 @@ mod tests {
         l.review(&c, "m", true, 0.0, 20.0);
         assert!(!l.disaggregates());
         for i in 0..100 {
-            l.on_finished(300, i % 50 == 0);
+            l.on_finished(i % 50 == 0, 0.0);
         }
         l.review(&c, "m", true, 0.0, 20.0);
         assert!(!l.disaggregates());
         // 10% over it: the long prompts' load decides, and goes on deciding once they lean,
         // however few miss then.
         for i in 0..100 {
-            l.on_finished(300, i % 5 == 0);
+            l.on_finished(i % 5 == 0, 0.0);
         }
         l.review(&c, "m", true, 0.0, 20.0);
         assert_eq!(l.prefill.len(), 2);
         for _ in 0..1000 {
-            l.on_finished(300, false);
+            l.on_finished(false, 0.0);
         }
         l.review(&c, "m", true, 0.0, 20.0);
         assert_eq!(l.prefill.len(), 2);

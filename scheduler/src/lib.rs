@@ -32,6 +32,7 @@ pub mod policy;
 pub mod predictor;
 pub mod prefix_index;
 pub mod pressure;
+pub mod recent_median;
 pub mod rescheduler;
 pub mod scheduler;
 pub mod score;

@@ -1,6 +1,6 @@
 //! A moving share of finished requests that missed an objective: what adaptive PD reads to
-//! decide whether serving colocated costs answers their TPOT (the full split counts short
-//! answers over it, the long prompts' leaning every answer over it).
+//! decide whether serving colocated costs answers their TPOT (the full split and the long
+//! prompts' leaning), and whether the full split made it worse.
 
 /// The weight of each finished request in the moving share: it fades over some hundreds.
 const MISS_WEIGHT: f64 = 1.0 / 256.0;

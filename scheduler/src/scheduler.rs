@@ -416,7 +416,7 @@ impl Scheduler {
 
     /// Under adaptive PD with a TPOT objective, counts a finished request towards its model's
     /// [full split](crate::pd_split) and its long prompts' leaning: over the objective or not,
-    /// and how long its answer was.
+    /// and when it was dispatched.
     fn count_for_split(&mut self, d: &Dispatch, observed: &Observed) {
         let (Some(tpot_ms), Some(state)) = (observed.tpot_ms, self.cms.get(&d.instance)) else {
             return;
@@ -426,10 +426,7 @@ impl Scheduler {
             return;
         };
         if let Some(leaning) = self.leaning.get_mut(model) {
-            leaning.on_finished(
-                observed.output_tokens.unwrap_or(d.answer_tokens),
-                tpot_ms > tpot * 1e3,
-            );
+            leaning.on_finished(tpot_ms > tpot * 1e3, d.at);
         }
     }
 
