@@ -112,10 +112,11 @@ impl Leaning {
         self.long_prompts.add(seconds, now, window);
     }
 
-    /// Counts a finished request dispatched at `dispatched`, whose TPOT was over the objective
-    /// or not (towards the full split and the long prompts' leaning).
-    pub fn on_finished(&mut self, over_tpot: bool, dispatched: f64) {
-        self.full.on_finished(over_tpot, dispatched);
+    /// Counts a finished request dispatched at `dispatched` with an answer of `answer` tokens,
+    /// whose TPOT was over the objective or not (towards the full split and the long prompts'
+    /// leaning).
+    pub fn on_finished(&mut self, answer: u32, over_tpot: bool, dispatched: f64) {
+        self.full.on_finished(answer, over_tpot, dispatched);
     }
 
     /// Sets how many instances lean prefill while the [full split](crate::pd_split) is on
@@ -320,19 +321,19 @@ mod tests {
         l.review(&c, "m", true, 0.0, 20.0);
         assert!(!l.disaggregates());
         for i in 0..100 {
-            l.on_finished(i % 50 == 0, 0.0);
+            l.on_finished(300, i % 50 == 0, 0.0);
         }
         l.review(&c, "m", true, 0.0, 20.0);
         assert!(!l.disaggregates());
         // 10% over it: the long prompts' load decides, and goes on deciding once they lean,
         // however few miss then.
         for i in 0..100 {
-            l.on_finished(i % 5 == 0, 0.0);
+            l.on_finished(300, i % 5 == 0, 0.0);
         }
         l.review(&c, "m", true, 0.0, 20.0);
         assert_eq!(l.prefill.len(), 2);
         for _ in 0..1000 {
-            l.on_finished(false, 0.0);
+            l.on_finished(300, false, 0.0);
         }
         l.review(&c, "m", true, 0.0, 20.0);
         assert_eq!(l.prefill.len(), 2);

@@ -4,9 +4,13 @@
 //!
 //! Handing over only long prompts (what [`crate::adaptive_pd`] does on its own) keeps them out
 //! of the decode steps, but prompts of a few thousand tokens still share steps with the answers
-//! there: one prefill chunk between two tokens of a 5-token answer is a TPOT miss by itself, and
-//! on the long-context mix the prompts under 16k tokens put 7% of its answers over 25 ms. Where
-//! those misses are common only separating every prompt from the decodes helps.
+//! there: one prefill chunk between two tokens of a 5-token answer is a TPOT miss by itself
+//! (Azure code), and on the long-context mix, once its long prompts lean instances prefill, the
+//! prompts under 16k tokens still put 7% of its answers over 25 ms. Where those misses are
+//! common only separating every prompt from the decodes helps. Misses of longer answers start
+//! the split only where long prompts lean already: elsewhere (Azure conversation) they come
+//! with bursts that a split sized for the average load serves worse than colocated instances
+//! (at 220 req/s over 60 s, 135.51 against 174.49).
 //!
 //! The decode side is what the answers need: the answer tokens asked for a second, over what one
 //! instance decodes a second while its steps stay near the objective (the median of the last
@@ -17,7 +21,7 @@
 //! to a prefill side 0.8 busy). Of the sizes, the one that evens out the two sides' utilisation
 //! is taken, and kept until another is clearly better.
 //!
-//! The split starts once enough finished requests miss the TPOT objective, while both sides
+//! The split starts once enough finished requests miss the TPOT objective so, while both sides
 //! could carry their work, and goes on while neither is far over it. Once enough requests
 //! dispatched under it have finished it is judged: where they miss far more than requests did
 //! before it (Mooncake conversation past its saturation, whose long contexts decode slowly on
@@ -29,7 +33,12 @@ use crate::moving_sum::MovingSum;
 use crate::predictor::StepTimeFit;
 use crate::recent_median::RecentMedian;
 
-/// The split starts once this share of finished requests are over the TPOT objective (a
+/// Answers of at most this many tokens are short: so few gaps that one prefill chunk among
+/// them puts them over the TPOT objective.
+pub const SHORT_ANSWER_TOKENS: u32 = 20;
+
+/// The split starts once this share of finished requests are short answers over the TPOT
+/// objective, or, while long prompts lean instances prefill, any answers over it (a
 /// [`MissShare`]).
 pub const SPLIT_AT_MISSES: f64 = 0.05;
 
@@ -104,6 +113,8 @@ pub struct FullSplit {
     prompt_tokens: MovingSum,
     /// Moving share of finished requests over the TPOT objective.
     misses: MissShare,
+    /// Moving share of finished requests that were short answers over it.
+    short_misses: MissShare,
     /// The decode side's size last chosen.
     decode_side: usize,
     /// Whether the split is on.
@@ -157,10 +168,12 @@ impl FullSplit {
         self.prompt_tokens.add(prompt, now, window);
     }
 
-    /// Counts a finished request dispatched at `dispatched`, whose TPOT was over the objective
-    /// or not.
-    pub fn on_finished(&mut self, over_tpot: bool, dispatched: f64) {
+    /// Counts a finished request dispatched at `dispatched` with an answer of `answer` tokens,
+    /// whose TPOT was over the objective or not.
+    pub fn on_finished(&mut self, answer: u32, over_tpot: bool, dispatched: f64) {
         self.misses.record(over_tpot);
+        self.short_misses
+            .record(over_tpot && answer <= SHORT_ANSWER_TOKENS);
         if let Some(trial) = self.trial.as_mut().filter(|t| dispatched >= t.since) {
             trial.misses.record(over_tpot);
         }
@@ -177,12 +190,13 @@ impl FullSplit {
     }
 
     /// Decides at `now` whether the split is on for `cluster` (none when the model's instances
-    /// cannot say what they can do yet) under the TPOT objective `tpot`, and how many instances
-    /// lean prefill if it is.
+    /// cannot say what they can do yet) under the TPOT objective `tpot`, where long prompts lean
+    /// instances prefill or not, and how many instances lean prefill if it is.
     pub fn review(
         &mut self,
         cluster: Option<&Cluster>,
         tpot: f64,
+        long_prompts_lean: bool,
         now: f64,
         window: f64,
     ) -> Option<usize> {
@@ -237,12 +251,10 @@ impl FullSplit {
         if worse {
             self.not_before = now + WINDOWS_OFF_AFTER_WORSE * window;
         }
+        let over = |share: &MissShare| share.share().is_some_and(|s| s >= SPLIT_AT_MISSES);
         let misses = (self.on && !worse)
             || (now >= self.not_before
-                && self
-                    .misses
-                    .share()
-                    .is_some_and(|share| share >= SPLIT_AT_MISSES));
+                && (over(&self.short_misses) || (long_prompts_lean && over(&self.misses))));
         let busy_at_most = match self.on {
             true => BUSY_TO_GO_ON,
             false => BUSY_TO_START,
@@ -310,12 +322,12 @@ mod tests {
     /// `n` finished requests dispatched at `dispatched`, one in `every` over the objective.
     fn finished(split: &mut FullSplit, n: usize, every: usize, dispatched: f64) {
         for i in 0..n {
-            split.on_finished(i % every == 0, dispatched);
+            split.on_finished(5, i % every == 0, dispatched);
         }
     }
 
     #[test]
-    fn the_split_starts_once_answers_miss_and_sizes_the_prefill_side_with_headroom() {
+    fn the_split_starts_once_short_answers_miss_and_sizes_the_prefill_side_with_headroom() {
         let fit = StepTimeFit::new(DEFAULT_PRIOR);
         let c = cluster(&fit);
         let rate = c.decode_rate_each(0.025);
@@ -323,21 +335,38 @@ mod tests {
         // 2 instances of prefill work a second.
         let mut split = FullSplit::default();
         prompts(&mut split, 0.05, 1000.0);
-        assert_eq!(split.review(Some(&c), 0.025, 10.0, 20.0), None);
+        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), None);
         // Answers inside the objective: nothing to cure.
         finished(&mut split, 100, usize::MAX, 0.0);
-        assert_eq!(split.review(Some(&c), 0.025, 10.0, 20.0), None);
-        // One in ten finished requests over it: split, with the sides evened out, the prefill
-        // work counted at 0.8 of the prefill side: 3 decode (need 0.54 of an instance: 0.18
-        // each), 13 prefill (2 / 0.8 / 13 = 0.19 each; bare, 4 and 12 would even them).
+        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), None);
+        // One in ten finished requests a short answer over it: split, with the sides evened out,
+        // the prefill work counted at 0.8 of the prefill side: 3 decode (need 0.54 of an
+        // instance: 0.18 each), 13 prefill (2 / 0.8 / 13 = 0.19 each; bare, 4 and 12 would even
+        // them).
         finished(&mut split, 100, 10, 0.0);
-        assert_eq!(split.review(Some(&c), 0.025, 10.0, 20.0), Some(13));
+        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), Some(13));
         assert!(split.is_on());
         // It goes on once the misses are gone (the split itself cured them).
         finished(&mut split, 1000, usize::MAX, 10.0);
-        assert_eq!(split.review(Some(&c), 0.025, 12.0, 20.0), Some(13));
+        assert_eq!(split.review(Some(&c), 0.025, false, 12.0, 20.0), Some(13));
         // Without instances to split, it is off.
-        assert_eq!(split.review(None, 0.025, 12.0, 20.0), None);
+        assert_eq!(split.review(None, 0.025, false, 12.0, 20.0), None);
+    }
+
+    #[test]
+    fn longer_answers_missing_start_the_split_only_where_long_prompts_already_lean() {
+        let fit = StepTimeFit::new(DEFAULT_PRIOR);
+        let c = cluster(&fit);
+        let mut split = FullSplit::default();
+        prompts(&mut split, 0.05, 1000.0);
+        // One in ten finished requests, answers of 300 tokens, over the objective: with no long
+        // prompt leaning prefill, serving colocated goes on (Azure conversation's bursts).
+        for i in 0..100 {
+            split.on_finished(300, i % 10 == 0, 0.0);
+        }
+        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), None);
+        // Where long prompts lean already and answers still miss, every prompt is handed over.
+        assert_eq!(split.review(Some(&c), 0.025, true, 10.0, 20.0), Some(13));
     }
 
     #[test]
@@ -351,7 +380,7 @@ mod tests {
             split.on_prompt(0.275, 1000.0, 1000.0, 800.0, i as f64 * 0.025, 20.0);
         }
         finished(&mut split, 100, 10, 0.0);
-        assert_eq!(split.review(Some(&c), 0.025, 10.0, 20.0), Some(11));
+        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), Some(11));
     }
 
     #[test]
@@ -363,21 +392,21 @@ mod tests {
         let mut heavy = FullSplit::default();
         prompts(&mut heavy, 0.4, 1000.0);
         misses(&mut heavy);
-        assert_eq!(heavy.review(Some(&c), 0.025, 10.0, 20.0), None);
+        assert_eq!(heavy.review(Some(&c), 0.025, false, 10.0, 20.0), None);
         // Mostly cached prompts.
         let mut cached = FullSplit::default();
         prompts(&mut cached, 0.05, 300.0);
         misses(&mut cached);
-        assert_eq!(cached.review(Some(&c), 0.025, 10.0, 20.0), None);
+        assert_eq!(cached.review(Some(&c), 0.025, false, 10.0, 20.0), None);
         // The same prompts uncached: on; then the prompts turn cached: off.
         let mut split = FullSplit::default();
         prompts(&mut split, 0.05, 1000.0);
         misses(&mut split);
-        assert!(split.review(Some(&c), 0.025, 10.0, 20.0).is_some());
+        assert!(split.review(Some(&c), 0.025, false, 10.0, 20.0).is_some());
         for i in 0..2000 {
             split.on_prompt(0.01, 100.0, 1000.0, 100.0, 10.0 + i as f64 * 0.025, 20.0);
         }
-        assert_eq!(split.review(Some(&c), 0.025, 60.0, 20.0), None);
+        assert_eq!(split.review(Some(&c), 0.025, false, 60.0, 20.0), None);
     }
 
     #[test]
@@ -387,7 +416,7 @@ mod tests {
         let mut split = FullSplit::default();
         prompts(&mut split, 0.05, 1000.0);
         finished(&mut split, 100, 10, 0.0);
-        assert!(split.review(Some(&c), 0.025, 10.0, 20.0).is_some());
+        assert!(split.review(Some(&c), 0.025, false, 10.0, 20.0).is_some());
         // Far more prompts: 1.1 times what 15 prefill instances carry, the most there can be,
         // where it would not start, but it goes on; at 1.3 times it ends.
         let mut more = split.clone();
@@ -397,12 +426,12 @@ mod tests {
         let mut fresh = more.clone();
         fresh.on = false;
         fresh.trial = None;
-        assert_eq!(fresh.review(Some(&c), 0.025, 10.0, 20.0), None);
-        assert_eq!(more.review(Some(&c), 0.025, 10.0, 20.0), Some(15));
+        assert_eq!(fresh.review(Some(&c), 0.025, false, 10.0, 20.0), None);
+        assert_eq!(more.review(Some(&c), 0.025, false, 10.0, 20.0), Some(15));
         while more.prefill_seconds.rate(10.0, 20.0) < 1.3 * 15.0 {
             more.on_prompt(0.1, 1000.0, 1000.0, 0.0, 10.0, 20.0);
         }
-        assert_eq!(more.review(Some(&c), 0.025, 10.0, 20.0), None);
+        assert_eq!(more.review(Some(&c), 0.025, false, 10.0, 20.0), None);
     }
 
     #[test]
@@ -413,22 +442,22 @@ mod tests {
         prompts(&mut split, 0.05, 1000.0);
         // One in ten missed before it.
         finished(&mut split, 500, 10, 0.0);
-        assert!(split.review(Some(&c), 0.025, 10.0, 20.0).is_some());
+        assert!(split.review(Some(&c), 0.025, false, 10.0, 20.0).is_some());
         // Those dispatched before it finish missing: they do not judge it.
         finished(&mut split, 500, 1, 5.0);
-        assert!(split.review(Some(&c), 0.025, 11.0, 20.0).is_some());
+        assert!(split.review(Some(&c), 0.025, false, 11.0, 20.0).is_some());
         // Of those dispatched under it, one in four misses: over twice as many, so it ends...
         finished(&mut split, 100, 4, 10.0);
-        assert_eq!(split.review(Some(&c), 0.025, 12.0, 20.0), None);
+        assert_eq!(split.review(Some(&c), 0.025, false, 12.0, 20.0), None);
         // ...and does not start again for five windows, however many miss meanwhile.
         finished(&mut split, 500, 1, 12.0);
-        assert_eq!(split.review(Some(&c), 0.025, 100.0, 20.0), None);
-        assert!(split.review(Some(&c), 0.025, 112.0, 20.0).is_some());
+        assert_eq!(split.review(Some(&c), 0.025, false, 100.0, 20.0), None);
+        assert!(split.review(Some(&c), 0.025, false, 112.0, 20.0).is_some());
         // Judged once: a burst of misses later under it does not end it.
         finished(&mut split, 100, 1, 112.0);
-        assert!(split.review(Some(&c), 0.025, 113.0, 20.0).is_some());
+        assert!(split.review(Some(&c), 0.025, false, 113.0, 20.0).is_some());
         finished(&mut split, 500, 1, 113.0);
-        assert!(split.review(Some(&c), 0.025, 114.0, 20.0).is_some());
+        assert!(split.review(Some(&c), 0.025, false, 114.0, 20.0).is_some());
     }
 
     #[test]
@@ -438,7 +467,7 @@ mod tests {
         let mut split = FullSplit::default();
         prompts(&mut split, 0.05, 1000.0);
         finished(&mut split, 100, 1, 0.0);
-        assert_eq!(split.review(Some(&c), 0.025, 10.0, 20.0), Some(13));
+        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), Some(13));
         // More prefill work: 2 decode would even the sides out a little better than 3, but not
         // by 10%.
         let need = split.answer_tokens.rate(10.0, 20.0) / c.decode_rate_each(0.025);
@@ -450,12 +479,12 @@ mod tests {
         }
         let load = split.prefill_seconds.rate(10.0, 20.0);
         assert!(busiest(load, 3.0) < busiest(load, 2.0) * SIZE_HYSTERESIS);
-        assert_eq!(split.review(Some(&c), 0.025, 10.0, 20.0), Some(13));
+        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), Some(13));
         // Far more answer tokens: the decode side grows.
         for i in 0..400 {
             split.on_prompt(0.05, 1000.0, 1000.0, 2000.0, 10.0 + i as f64 * 0.025, 20.0);
         }
-        let prefill = split.review(Some(&c), 0.025, 20.0, 20.0).unwrap();
+        let prefill = split.review(Some(&c), 0.025, false, 20.0, 20.0).unwrap();
         assert!(prefill < 13, "{prefill}");
     }
 }

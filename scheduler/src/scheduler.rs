@@ -415,8 +415,8 @@ impl Scheduler {
     }
 
     /// Under adaptive PD with a TPOT objective, counts a finished request towards its model's
-    /// [full split](crate::pd_split) and its long prompts' leaning: over the objective or not,
-    /// and when it was dispatched.
+    /// [full split](crate::pd_split) and its long prompts' leaning: how long its answer was,
+    /// over the objective or not, and when it was dispatched.
     fn count_for_split(&mut self, d: &Dispatch, observed: &Observed) {
         let (Some(tpot_ms), Some(state)) = (observed.tpot_ms, self.cms.get(&d.instance)) else {
             return;
@@ -426,7 +426,11 @@ impl Scheduler {
             return;
         };
         if let Some(leaning) = self.leaning.get_mut(model) {
-            leaning.on_finished(tpot_ms > tpot * 1e3, d.at);
+            leaning.on_finished(
+                observed.output_tokens.unwrap_or(d.answer_tokens),
+                tpot_ms > tpot * 1e3,
+                d.at,
+            );
         }
     }
 
@@ -595,9 +599,14 @@ impl Scheduler {
             let staleness = self.config.staleness;
             let cluster = split_cluster(&self.cms, &self.fits, &req.model, now, staleness);
             let leaning = self.leaning.entry(req.model.clone()).or_default();
-            leaning
-                .full
-                .review(cluster.as_ref(), tpot, now, adaptive.window)
+            let long_prompts_lean = leaning.disaggregates() && !leaning.splits_fully();
+            leaning.full.review(
+                cluster.as_ref(),
+                tpot,
+                long_prompts_lean,
+                now,
+                adaptive.window,
+            )
         });
         let leaning = self.leaning.entry(req.model.clone()).or_default();
         leaning.set_split(split);
