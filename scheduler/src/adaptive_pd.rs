@@ -181,7 +181,7 @@ impl Leaning {
         }
         // An instance leans back to decode only once it has no prompt left to compute, so that
         // the decodes it takes on never share steps with a long prompt; until then it takes no
-        // new prompt (else, under load, it never would have none). The one with the fewest
+        // new prompt (else, under load, it would never be without one). The one with the fewest
         // prompt tokens left goes first.
         let queued = |st: &EngineStatus| st.prefill_tokens_to_compute();
         while self.taking() > target {
