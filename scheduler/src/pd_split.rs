@@ -207,8 +207,9 @@ impl FullSplit {
         let n = cluster.instances;
         let load = self.prefill_seconds.rate(now, window);
         // Estimated only while some request decodes (else its context counts as none), but at
-        // least once.
-        if cluster.context_each > 0.0 || self.decode_rates.is_empty() {
+        // least once, and only when a sample is due (it walks every batch size).
+        let decodes = cluster.context_each > 0.0 || self.decode_rates.is_empty();
+        if decodes && self.decode_rates.due(now) {
             self.decode_rates
                 .sample(cluster.decode_rate_each(tpot), now);
         }

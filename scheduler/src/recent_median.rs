@@ -16,22 +16,31 @@ const SAMPLES: usize = 9;
 pub struct RecentMedian {
     /// `(when, value)`, oldest first.
     samples: VecDeque<(f64, f64)>,
+    /// Their median, kept as they change (read far more often than they change).
+    median: Option<f64>,
 }
 
 impl RecentMedian {
-    /// Takes `value` at `now`, unless the last sample is more recent than [`SAMPLE_EVERY`].
-    pub fn sample(&mut self, value: f64, now: f64) {
-        if self
-            .samples
+    /// Whether a sample taken at `now` would be kept: none is more recent than
+    /// [`SAMPLE_EVERY`] (so that a costly value need not be computed otherwise).
+    pub fn due(&self, now: f64) -> bool {
+        self.samples
             .back()
-            .is_some_and(|&(at, _)| now - at < SAMPLE_EVERY)
-        {
+            .is_none_or(|&(at, _)| now - at >= SAMPLE_EVERY)
+    }
+
+    /// Takes `value` at `now`, if [due](RecentMedian::due).
+    pub fn sample(&mut self, value: f64, now: f64) {
+        if !self.due(now) {
             return;
         }
         self.samples.push_back((now, value));
         if self.samples.len() > SAMPLES {
             self.samples.pop_front();
         }
+        let mut values: Vec<f64> = self.samples.iter().map(|&(_, v)| v).collect();
+        values.sort_by(f64::total_cmp);
+        self.median = values.get(values.len() / 2).copied();
     }
 
     /// Whether no sample was taken yet.
@@ -41,9 +50,7 @@ impl RecentMedian {
 
     /// The median sample (the upper one of an even count; NaN before any).
     pub fn median(&self) -> f64 {
-        let mut values: Vec<f64> = self.samples.iter().map(|&(_, v)| v).collect();
-        values.sort_by(f64::total_cmp);
-        values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+        self.median.unwrap_or(f64::NAN)
     }
 }
 
