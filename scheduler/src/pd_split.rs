@@ -242,13 +242,12 @@ impl FullSplit {
             false => 0.0,
         };
         // Judged once, when enough requests dispatched under it have finished.
-        let worse = self.trial.as_mut().filter(|t| !t.judged).is_some_and(|t| {
-            let Some(share) = t.misses.share() else {
-                return false;
-            };
+        let judged = self.trial.as_mut().filter(|t| !t.judged).and_then(|t| {
+            let share = t.misses.share()?;
             t.judged = true;
-            share > WORSE_THAN_BEFORE * t.before
+            Some((share, t.before))
         });
+        let worse = judged.is_some_and(|(share, before)| share > WORSE_THAN_BEFORE * before);
         if worse {
             self.not_before = now + WINDOWS_OFF_AFTER_WORSE * window;
         }
@@ -276,9 +275,17 @@ impl FullSplit {
         }
         let decode_side = self.decode_side;
         self.switch(on, || {
+            let why = match judged {
+                Some((share, before)) if worse => format!(
+                    "; {:.1}% of the requests served under it missed, {:.1}% before",
+                    share * 100.0,
+                    before * 100.0
+                ),
+                _ => String::new(),
+            };
             format!(
                 "{prefill_side} prefill, {decode_side} decode; prefill load {load:.2} \
-                 instances, decode need {need:.2}, uncached share {uncached:.2}"
+                 instances, decode need {need:.2}, uncached share {uncached:.2}{why}"
             )
         });
         on.then_some(prefill_side)

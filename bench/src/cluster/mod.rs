@@ -897,11 +897,11 @@ mod tests {
 
     #[test]
     fn a_decode_instance_takes_in_as_many_hand_offs_at_once_as_an_engine_does() {
-        // Four prefill instances, two lanes each, hand a burst to one decode instance with KV
+        // Ten prefill instances, two lanes each, hand a burst to one decode instance with KV
         // room for all of it: past MAX_INCOMING at once it refuses, as an engine does, and those
         // requests finish where they were computed.
         let requests = shared_prefix_requests(64, 0.001);
-        let run = simulate_disaggregated(5, 4, &requests);
+        let run = simulate_disaggregated(11, 10, &requests);
         for o in &run.outcomes {
             assert_eq!(o.error, None);
             assert_eq!(o.output_tokens, 16);
