@@ -188,15 +188,19 @@ impl Load {
 }
 
 /// The moves of one round over the instances of `cms` that are schedulable at `now`, grouped by
-/// model; instances in `busy` (already moving a request) are left out.
+/// model; instances in `busy` (already moving a request) are left out, and a request goes only
+/// to an instance that `takes_decodes` (not one that prefills for others, where it would share
+/// steps with their prompts).
 pub fn plan_moves(
     cms: &Cms,
     busy: &HashSet<String>,
     config: &ReschedulerConfig,
+    takes_decodes: impl Fn(&InstanceState) -> bool,
     now: f64,
     staleness: f64,
 ) -> Vec<MoveOrder> {
-    let mut by_model: std::collections::BTreeMap<&str, Vec<(&str, Load)>> = Default::default();
+    let mut by_model: std::collections::BTreeMap<&str, Vec<(&str, Load, bool)>> =
+        Default::default();
     for state in cms.iter() {
         if !state.schedulable(now, staleness)
             || !state.moves_requests()
@@ -207,10 +211,11 @@ pub fn plan_moves(
         let Some(load) = state.status.as_ref().and_then(Load::of) else {
             continue;
         };
-        by_model
-            .entry(&state.meta.model)
-            .or_default()
-            .push((&state.meta.id, load));
+        by_model.entry(&state.meta.model).or_default().push((
+            &state.meta.id,
+            load,
+            takes_decodes(state),
+        ));
     }
     let mut moves = Vec::new();
     for (_, mut loads) in by_model {
@@ -220,8 +225,12 @@ pub fn plan_moves(
         });
         let (mut lo, mut hi) = (0, loads.len());
         while lo + 1 < hi {
-            let (from, src) = loads[lo];
-            let (to, dst) = loads[hi - 1];
+            let (from, src, _) = loads[lo];
+            let (to, dst, takes) = loads[hi - 1];
+            if !takes {
+                hi -= 1;
+                continue;
+            }
             let Some(reason) = memory_reason(&src, &dst, config) else {
                 break;
             };
@@ -229,12 +238,16 @@ pub fn plan_moves(
             lo += 1;
             hi -= 1;
         }
-        let mut left: Vec<(&str, Load)> = loads[lo..hi].to_vec();
+        let mut left: Vec<(&str, Load, bool)> = loads[lo..hi].to_vec();
         left.sort_by(|a, b| b.1.backlog_steps.total_cmp(&a.1.backlog_steps));
         let (mut lo, mut hi) = (0, left.len());
         while lo + 1 < hi {
-            let (from, src) = left[lo];
-            let (to, dst) = left[hi - 1];
+            let (from, src, _) = left[lo];
+            let (to, dst, takes) = left[hi - 1];
+            if !takes {
+                hi -= 1;
+                continue;
+            }
             if !interferes(&src, &dst, config) {
                 break;
             }
@@ -496,10 +509,17 @@ mod tests {
 
     fn plan(cms: &Cms, busy: &[&str]) -> Vec<(String, String, MoveReason)> {
         let busy = busy.iter().map(|s| s.to_string()).collect();
-        plan_moves(cms, &busy, &ReschedulerConfig::default(), 0.0, 5.0)
-            .into_iter()
-            .map(|m| (m.from, m.to, m.reason))
-            .collect()
+        plan_moves(
+            cms,
+            &busy,
+            &ReschedulerConfig::default(),
+            |s| s.meta.role != InferStage::Prefill,
+            0.0,
+            5.0,
+        )
+        .into_iter()
+        .map(|m| (m.from, m.to, m.reason))
+        .collect()
     }
 
     #[test]
@@ -617,6 +637,31 @@ mod tests {
             ("c", "other", status(0, 0, 0, 0)),
         ]);
         assert!(plan(&cms, &[]).is_empty());
+    }
+
+    #[test]
+    fn no_request_is_moved_to_an_instance_that_prefills_for_others() {
+        let mut cms = cms(&[
+            ("full", "m", status(95_000, 40, 3, 20_000)),
+            ("half", "m", status(50_000, 20, 0, 0)),
+        ]);
+        // The freest instance computes prompts for the others: a decode moved there would
+        // share its steps with them.
+        cms.upsert(meta(
+            "prefill",
+            "m",
+            InferStage::Prefill,
+            EngineKind::Switchyard,
+        ));
+        let prefill = EngineStatus {
+            role: InferStage::Prefill,
+            ..status(0, 0, 0, 0)
+        };
+        cms.update_status("prefill", prefill, 0.0, 0.0);
+        assert_eq!(
+            plan(&cms, &[]),
+            vec![("full".into(), "half".into(), MoveReason::Room)]
+        );
     }
 
     #[test]

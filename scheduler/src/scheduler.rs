@@ -251,7 +251,11 @@ impl Scheduler {
         now: f64,
     ) -> Vec<crate::rescheduler::MoveOrder> {
         let staleness = self.config.staleness;
-        let mut orders = crate::rescheduler::plan_moves(&self.cms, busy, config, now, staleness);
+        let takes_decodes = |s: &InstanceState| {
+            Leaning::role_under(self.leaning.get(&s.meta.model), &s.meta) != InferStage::Prefill
+        };
+        let mut orders =
+            crate::rescheduler::plan_moves(&self.cms, busy, config, takes_decodes, now, staleness);
         let taken = |orders: &[crate::rescheduler::MoveOrder]| {
             let mut busy = busy.clone();
             busy.extend(orders.iter().flat_map(|o| [o.from.clone(), o.to.clone()]));

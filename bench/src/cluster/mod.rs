@@ -821,7 +821,7 @@ mod tests {
         assert_eq!(handed + given_up, 64, "{:?}", run.migration);
         assert!(
             handed >= 8,
-            "the node's lanes hand off two at a time: {:?}",
+            "the node's lanes hand off several at a time: {:?}",
             run.migration
         );
         let colocated = simulate(4, Policy::Predictive, &requests);
@@ -897,11 +897,13 @@ mod tests {
 
     #[test]
     fn a_decode_instance_takes_in_as_many_hand_offs_at_once_as_an_engine_does() {
-        // Ten prefill instances, two lanes each, hand a burst to one decode instance with KV
-        // room for all of it: past MAX_INCOMING at once it refuses, as an engine does, and those
-        // requests finish where they were computed.
+        use switchyard_engine::{instance::MAX_INCOMING, mover::MOVES_OUT_AT_ONCE};
+        // Four prefill instances, with MOVES_OUT_AT_ONCE lanes each, hand a burst to one decode
+        // instance with KV room for all of it: past MAX_INCOMING at once it refuses, as an
+        // engine does, and those requests finish where they were computed.
+        const { assert!(4 * MOVES_OUT_AT_ONCE > MAX_INCOMING) };
         let requests = shared_prefix_requests(64, 0.001);
-        let run = simulate_disaggregated(11, 10, &requests);
+        let run = simulate_disaggregated(5, 4, &requests);
         for o in &run.outcomes {
             assert_eq!(o.error, None);
             assert_eq!(o.output_tokens, 16);
