@@ -22,10 +22,11 @@ use tokio::sync::{mpsc, oneshot};
 /// before it gives them up (the source or the gateway went away mid-move).
 pub const INCOMING_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Most moves into one instance at a time, each counted from its reservation (a hand-off's as
-/// its prompt starts computing) until its continuation attaches; more are refused
-/// (`too_many_moves`). At 4, one decode engine behind seven prefill engines refused 40% of a
-/// real run's hand-offs (Azure code at 17 req/s), so fewer were handed off than `sim` predicts.
+/// Most moves coming into one instance at a time, each counted from its reservation (a
+/// hand-off's as its prompt starts computing) until its last copy is committed; more are
+/// refused (`too_many_moves`). A request that arrived decodes here already, waiting only for its
+/// stream, and no longer counts. At 4, and counted until the stream came, one decode engine
+/// behind seven prefill engines refused 40% of a real run's hand-offs (Azure code at 17 req/s).
 pub const MAX_INCOMING: usize = 16;
 
 /// A request picked to move out.
@@ -586,7 +587,7 @@ impl Driver {
         if ask.kv_block_bytes != self.kv_block_bytes {
             return mismatch("its KV blocks hold another number of bytes (another model shape)");
         }
-        if self.moves.incoming.len() + self.moves.arrived.len() >= MAX_INCOMING {
+        if self.moves.incoming.len() >= MAX_INCOMING {
             return Err(
                 ApiError::unavailable("This engine takes in no more moves now.")
                     .with_code("too_many_moves"),
