@@ -330,8 +330,13 @@ mod tests {
     /// Ten seconds of 40 prompts a second, each `seconds` of prefill and `uncached` of 1,000
     /// tokens not cached, asking for 100 tokens (4,000 a second: about half an instance).
     fn prompts(split: &mut FullSplit, seconds: f64, uncached: f64) {
+        prompts_asking(split, seconds, uncached, 100.0);
+    }
+
+    /// [`prompts`], each asking for `answer` tokens.
+    fn prompts_asking(split: &mut FullSplit, seconds: f64, uncached: f64, answer: f64) {
         for i in 0..400 {
-            split.on_prompt(seconds, uncached, 1000.0, 100.0, i as f64 * 0.025, 20.0);
+            split.on_prompt(seconds, uncached, 1000.0, answer, i as f64 * 0.025, 20.0);
         }
     }
 
@@ -376,17 +381,13 @@ mod tests {
         let mut split = FullSplit::default();
         // 2 instances of prefill work a second, answers of 5 tokens: a few hundredths of a
         // decode instance.
-        for i in 0..400 {
-            split.on_prompt(0.05, 1000.0, 1000.0, 5.0, i as f64 * 0.025, 20.0);
-        }
+        prompts_asking(&mut split, 0.05, 1000.0, 5.0);
         finished(&mut split, 100, 10, 0.0);
         assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), Some(14));
         // Two instances split one and one.
         let pair = Cluster { instances: 2, ..c };
         let mut split = FullSplit::default();
-        for i in 0..400 {
-            split.on_prompt(0.01, 1000.0, 1000.0, 5.0, i as f64 * 0.025, 20.0);
-        }
+        prompts_asking(&mut split, 0.01, 1000.0, 5.0);
         finished(&mut split, 100, 10, 0.0);
         assert_eq!(split.review(Some(&pair), 0.025, false, 10.0, 20.0), Some(1));
     }
@@ -414,9 +415,7 @@ mod tests {
         let mut split = FullSplit::default();
         // 11 instances of prefill work a second and 4.3 of decoding: with 0.8 of the prefill
         // side busy no size carries both; bare, 11 prefill and 5 decode do.
-        for i in 0..400 {
-            split.on_prompt(0.275, 1000.0, 1000.0, 800.0, i as f64 * 0.025, 20.0);
-        }
+        prompts_asking(&mut split, 0.275, 1000.0, 800.0);
         finished(&mut split, 100, 10, 0.0);
         assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), Some(11));
     }
