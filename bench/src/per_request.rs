@@ -1,7 +1,7 @@
 //! What each request of a run got, one JSON object a line (`requests.jsonl` beside
 //! `result.json`), as vLLM's benchmark saves with `--save-detailed`: the percentiles say how
 //! bad a tail is, these lines say which requests are in it (their prompt and answer lengths,
-//! their longest gap, and the instance that took them).
+//! their longest gap, the instance that took them and, in `sim`, the one they finished on).
 
 use crate::report::RunResult;
 use crate::stats::{Outcome, Slo};
@@ -38,6 +38,9 @@ pub struct RequestRecord<'a> {
     pub error: Option<&'a str>,
     /// The instance that took it, if known.
     pub instance: Option<&'a str>,
+    /// The instance it finished on, where known (`sim`): another one when it was handed off or
+    /// moved.
+    pub finished_on: Option<&'a str>,
 }
 
 impl<'a> RequestRecord<'a> {
@@ -57,6 +60,7 @@ impl<'a> RequestRecord<'a> {
             slo_met: slo.met(o),
             error: o.error.as_deref(),
             instance: o.instance.as_deref(),
+            finished_on: o.finished_on.as_deref(),
         }
     }
 }
@@ -93,6 +97,7 @@ mod tests {
                 output_tokens: 4,
                 error: None,
                 instance: Some("http://10.0.0.7:8000".into()),
+                finished_on: Some("http://10.0.0.8:8000".into()),
             },
             Outcome {
                 ttft: Some(0.05),
@@ -140,6 +145,7 @@ mod tests {
         assert!((first["tpot_s"].as_f64().unwrap() - 0.04).abs() < 1e-9);
         assert_eq!(first["slo_met"], false);
         assert_eq!(first["instance"], "http://10.0.0.7:8000");
+        assert_eq!(first["finished_on"], "http://10.0.0.8:8000");
         // One token: no TPOT, no gap, and inside the TTFT objective.
         assert_eq!(lines[1]["tpot_s"], serde_json::Value::Null);
         assert_eq!(lines[1]["max_itl_s"], serde_json::Value::Null);

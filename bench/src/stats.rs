@@ -23,6 +23,9 @@ pub struct Outcome {
     /// The instance that took it, if known: where a switchyard gateway sent it (its
     /// `x-switchyard-instance` header), or where `sim` placed it.
     pub instance: Option<String>,
+    /// The instance it finished on, where `sim` knows it: another than `instance` when it was
+    /// handed off (prefill/decode) or moved by the rescheduler.
+    pub finished_on: Option<String>,
 }
 
 impl Outcome {

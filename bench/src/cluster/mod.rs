@@ -595,6 +595,7 @@ impl Cluster {
                         continue;
                     };
                     let t = &mut tracks[i];
+                    t.outcome.finished_on = Some(self.nodes[n].id.clone());
                     t.outcome.e2e = now - t.arrival;
                     t.outcome.prompt_tokens = finished.prompt_tokens as u32;
                     tally.prompt_tokens += finished.prompt_tokens;
@@ -819,6 +820,13 @@ mod tests {
         let handed = run.migration.moved.get("pd_handoff").copied().unwrap_or(0);
         let given_up: u64 = run.migration.abandoned.values().sum();
         assert_eq!(handed + given_up, 64, "{:?}", run.migration);
+        // Each handed-off request finished on another instance than the one that took it.
+        let elsewhere = run
+            .outcomes
+            .iter()
+            .filter(|o| o.finished_on.is_some() && o.finished_on != o.instance)
+            .count();
+        assert_eq!(elsewhere as u64, handed);
         assert!(
             handed >= 8,
             "the node's lanes hand off several at a time: {:?}",
