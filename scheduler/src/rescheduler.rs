@@ -223,39 +223,48 @@ pub fn plan_moves(
         loads.sort_by(|a, b| {
             (b.1.inverted.cmp(&a.1.inverted)).then(a.1.freeness().total_cmp(&b.1.freeness()))
         });
-        let (mut lo, mut hi) = (0, loads.len());
-        while lo + 1 < hi {
-            let (from, src, _) = loads[lo];
-            let (to, dst, takes) = loads[hi - 1];
-            if !takes {
-                hi -= 1;
-                continue;
-            }
-            let Some(reason) = memory_reason(&src, &dst, config) else {
-                break;
-            };
-            moves.push(order(from, to, reason));
-            lo += 1;
-            hi -= 1;
-        }
-        let mut left: Vec<(&str, Load, bool)> = loads[lo..hi].to_vec();
-        left.sort_by(|a, b| b.1.backlog_steps.total_cmp(&a.1.backlog_steps));
-        let (mut lo, mut hi) = (0, left.len());
-        while lo + 1 < hi {
-            let (from, src, _) = left[lo];
-            let (to, dst, takes) = left[hi - 1];
-            if !takes {
-                hi -= 1;
-                continue;
-            }
-            if !interferes(&src, &dst, config) {
-                break;
-            }
-            moves.push(order(from, to, MoveReason::Interference));
-            lo += 1;
-            hi -= 1;
-        }
+        moves.extend(pair_off(&mut loads, |src, dst| {
+            memory_reason(src, dst, config)
+        }));
+        loads.sort_by(|a, b| b.1.backlog_steps.total_cmp(&a.1.backlog_steps));
+        moves.extend(pair_off(&mut loads, |src, dst| {
+            interferes(src, dst, config).then_some(MoveReason::Interference)
+        }));
     }
+    moves
+}
+
+/// Pairs the first of `loads` with the last that takes decodes, the second with the one before
+/// it, and so on, for as long as `reason` gives the pair a move; returns those moves and leaves
+/// in `loads` the instances not paired (those skipped as destinations among them).
+fn pair_off(
+    loads: &mut Vec<(&str, Load, bool)>,
+    reason: impl Fn(&Load, &Load) -> Option<MoveReason>,
+) -> Vec<MoveOrder> {
+    let mut moves = Vec::new();
+    let mut paired = vec![false; loads.len()];
+    let (mut lo, mut hi) = (0, loads.len());
+    while lo + 1 < hi {
+        let (from, src, _) = loads[lo];
+        let (to, dst, takes) = loads[hi - 1];
+        if !takes {
+            hi -= 1;
+            continue;
+        }
+        let Some(reason) = reason(&src, &dst) else {
+            break;
+        };
+        moves.push(order(from, to, reason));
+        paired[lo] = true;
+        paired[hi - 1] = true;
+        lo += 1;
+        hi -= 1;
+    }
+    let mut i = 0;
+    loads.retain(|_| {
+        i += 1;
+        !paired[i - 1]
+    });
     moves
 }
 
