@@ -1,26 +1,30 @@
 //! The scheduler: CMS, LRS, prefix index and predictor behind schedule / release / report.
+//!
+//! `candidates` weighs each instance for a request and picks one; `disaggregation` holds
+//! what prefill/decode roles and adaptive PD's leanings add to a placement.
+
+mod candidates;
+mod disaggregation;
+
+use candidates::{candidate_metrics, choose, log_candidates, runner_up, Ask};
 
 use crate::adaptive_pd::{AdaptivePd, Leaning};
 use crate::answer_length::AnswerLengths;
 use crate::cms::{Cms, EngineKind, InstanceMeta, InstanceState};
 use crate::handoffs::PendingHandOffs;
-use crate::lrs::{Dispatch, InFlight, Live, Lrs};
-use crate::pd_split::Cluster as SplitCluster;
-use crate::policy::{select, CandidateMetrics, Policy, SoftLimits};
-use crate::predictor::{
-    predict_tpot, predict_ttft, prefill_seconds, PredictionErrors, QueueShape, StepTimeFit,
-    DEFAULT_PRIOR,
-};
+use crate::lrs::{Dispatch, InFlight, Lrs};
+use crate::policy::{CandidateMetrics, Policy, SoftLimits};
+use crate::predictor::{PredictionErrors, StepTimeFit};
 use crate::prefix_index::{IndexError, PrefixIndex, Slot};
-use crate::score::{near_tie, score, Slos};
+use crate::score::{score, Slos};
 use crate::step_fits::StepFits;
-use rand::{rngs::SmallRng, Rng, SeedableRng};
+use rand::{rngs::SmallRng, SeedableRng};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use switchyard_protocol::engine_state::{EngineStatus, StepSample};
 use switchyard_protocol::kv_events::{KvEvent, StoredBlock};
 use switchyard_protocol::schedule::{
-    HandOff, InferStage, Observed, RunnerUp, ScheduleDecision, ScheduleRequest,
+    HandOff, InferStage, Observed, ScheduleDecision, ScheduleRequest,
 };
 
 /// Settings of a scheduler.
@@ -418,26 +422,6 @@ impl Scheduler {
         }
     }
 
-    /// Under adaptive PD with a TPOT objective, counts a finished request towards its model's
-    /// [full split](crate::pd_split) and its long prompts' leaning: how long its answer was,
-    /// over the objective or not, and when it was dispatched.
-    fn count_for_split(&mut self, d: &Dispatch, observed: &Observed) {
-        let (Some(tpot_ms), Some(state)) = (observed.tpot_ms, self.cms.get(&d.instance)) else {
-            return;
-        };
-        let model = &state.meta.model;
-        let Some(tpot) = self.slos_for(model).tpot else {
-            return;
-        };
-        if let Some(leaning) = self.leaning.get_mut(model) {
-            leaning.on_finished(
-                observed.output_tokens.unwrap_or(d.answer_tokens),
-                tpot_ms > tpot * 1e3,
-                d.at,
-            );
-        }
-    }
-
     /// Progress from the gateway: a request that produced tokens has been admitted.
     pub fn report(&mut self, request_id: &str, tokens_so_far: u32) {
         if tokens_so_far > 0 {
@@ -534,134 +518,6 @@ impl Scheduler {
         Ok(placement)
     }
 
-    /// With adaptive PD: counts `req` if its prompt is long (at least `long_prompt` tokens left
-    /// to compute on the decode-leaning instance that holds the most of it, where a prompt that
-    /// is not long runs whole: cached tokens stall no decode), brings its model's leaning
-    /// instances up to date at `now`, and says whether some lean prefill (then the request is
-    /// placed by the leanings) and whether it is long. A long prompt's prefill work is counted
-    /// where the most of it is cached, on either side: the prefill side computes it there. With
-    /// a TPOT objective every prompt is also counted towards the [full split](crate::pd_split),
-    /// which is reviewed here; while it is on, a prompt with a block left to compute on the
-    /// decode side is long too.
-    fn lean(&mut self, req: &ScheduleRequest, now: f64) -> (bool, bool) {
-        let Some(adaptive) = self.config.adaptive_pd else {
-            return (false, false);
-        };
-        let mut long = false;
-        let tpot = self.slos_for(&req.model).tpot;
-        let splits_fully = self
-            .leaning
-            .get(&req.model)
-            .is_some_and(Leaning::splits_fully);
-        // With a TPOT objective every prompt counts towards the full split.
-        if req.prompt_tokens >= adaptive.long_prompt || tpot.is_some() {
-            self.index.lookup(&req.block_hashes, now, &mut self.hits);
-            self.index_hits_by_slot();
-            self.hits_fresh = true;
-            let prompt = u64::from(req.prompt_tokens);
-            let cached_of =
-                |blocks: u32| (u64::from(blocks) * self.config.block_size as u64).min(prompt);
-            let cached = cached_of(self.hits.iter().map(|&(_, b)| b).max().unwrap_or(0));
-            let leaning = self.leaning.get(&req.model);
-            let on_decode_side = self
-                .cms
-                .iter()
-                .filter(|s| s.meta.model == req.model)
-                .filter(|s| leaning.is_none_or(|l| l.role_of(&s.meta) == InferStage::Decode))
-                .map(|s| self.hits_by_slot.get(s.slot as usize).map_or(0, |&b| b))
-                .max()
-                .unwrap_or(0);
-            let left_on_decode_side = prompt - cached_of(on_decode_side);
-            let long_prompt = left_on_decode_side >= u64::from(adaptive.long_prompt);
-            // Under the full split, a prompt with a block to compute is handed over too.
-            long = long_prompt
-                || (splits_fully && left_on_decode_side >= self.config.block_size as u64);
-            let uncached = prompt - cached;
-            // What the prompt's prefill takes on an instance of the model, by its fit.
-            let fit = self
-                .cms
-                .iter()
-                .filter(|s| s.meta.model == req.model)
-                .find_map(|s| self.fits.of(&s.meta.id));
-            if let Some(fit) = fit {
-                let attention = StepSample::attention_of(cached, uncached) as f64;
-                let seconds = crate::predictor::prefill_seconds(fit, uncached as f64, attention);
-                let leaning = self.leaning.entry(req.model.clone()).or_default();
-                if long_prompt {
-                    leaning.on_long_prompt(seconds, now, adaptive.window);
-                }
-                if tpot.is_some() {
-                    let answer = self.answer;
-                    let (uncached, prompt) = (uncached as f64, prompt as f64);
-                    leaning
-                        .full
-                        .on_prompt(seconds, uncached, prompt, answer, now, adaptive.window);
-                }
-            }
-        }
-        let split = tpot.and_then(|tpot| {
-            let staleness = self.config.staleness;
-            let cluster = split_cluster(&self.cms, &self.fits, &req.model, now, staleness);
-            let leaning = self.leaning.entry(req.model.clone()).or_default();
-            let long_prompts_lean = leaning.disaggregates() && !leaning.splits_fully();
-            leaning.full.review(
-                cluster.as_ref(),
-                tpot,
-                long_prompts_lean,
-                now,
-                adaptive.window,
-            )
-        });
-        let leaning = self.leaning.entry(req.model.clone()).or_default();
-        leaning.set_split(split);
-        leaning.review(&self.cms, &req.model, tpot.is_some(), now, adaptive.window);
-        (leaning.disaggregates(), long)
-    }
-
-    /// Under adaptive PD, whether some schedulable instance of `req`'s model leaning `role`
-    /// keeps it inside its SLOs and, with `spare_decodes`, keeps the decodes already there
-    /// inside the TPOT SLO too: their predicted TPOT plus the wait its prompt adds to each,
-    /// spread over the tokens they have left ([`REMAINING_SHARE`] of an answer as long as its
-    /// own; an instance decoding nothing has nothing to spare). `None` without SLOs or without
-    /// such an instance. Asked for long prompts only, whose prefix [`Scheduler::lean`] has just
-    /// looked up.
-    fn meets_slos_leaning(
-        &mut self,
-        req: &ScheduleRequest,
-        role: InferStage,
-        spare_decodes: bool,
-        now: f64,
-    ) -> Option<bool> {
-        let slos = self.slos_for(&req.model);
-        let leaning = self.leaning.get(&req.model).filter(|_| slos.any())?;
-        let left = (self.answer.max(1.0) * REMAINING_SHARE).max(1.0);
-        let mut found = None;
-        for state in self.cms.iter() {
-            if state.meta.model != req.model
-                || leaning.role_of(&state.meta) != role
-                || !state.schedulable(now, self.config.staleness)
-            {
-                continue;
-            }
-            let ask = self.ask_on(state, req);
-            let fit = self.fits.of(&state.meta.id);
-            let mut m = candidate_metrics(state, self.lrs.live(&state.meta.id), ask, fit, now);
-            score(&mut m, slos, self.answer, 0.0);
-            let decodes_keep = !spare_decodes
-                || m.decode_batch == 0.0
-                || slos
-                    .tpot
-                    .is_none_or(|tpot| m.predicted_tpot_before + m.delay_each / left <= tpot);
-            // No miss at all, not even a TTFT predicted within the margin under its objective:
-            // such a prompt is long enough to be worth the prefill side.
-            if m.violations == 0.0 && decodes_keep {
-                return Some(true);
-            }
-            found = Some(false);
-        }
-        found
-    }
-
     /// Keeps the prefix index's answer (`hits`) by instance slot, for [`Scheduler::ask_on`].
     fn index_hits_by_slot(&mut self) {
         self.hits_by_slot.clear();
@@ -687,16 +543,6 @@ impl Scheduler {
             prompt,
             output: self.answer,
         }
-    }
-
-    /// Whether `model` has both prefill and decode instances.
-    fn disaggregates(&self, model: &str) -> bool {
-        let roles = |role| {
-            self.cms
-                .iter()
-                .any(|s| s.meta.model == model && s.meta.role == role)
-        };
-        roles(InferStage::Prefill) && roles(InferStage::Decode)
     }
 
     /// Places `req` on an instance whose role fits `stage` (any instance for `None`).
@@ -910,49 +756,9 @@ fn for_model<T: Copy>(entries: &[(String, T)], model: &str, default: T) -> T {
         .map_or(default, |(_, v)| *v)
 }
 
-/// Logs every candidate's score for a decision (at debug level).
-fn log_candidates(
-    request_id: &str,
-    policy: Policy,
-    candidates: &[(&InstanceState, CandidateMetrics)],
-    chosen: usize,
-) {
-    for (i, (s, m)) in candidates.iter().enumerate() {
-        tracing::debug!(
-            request_id,
-            policy = policy.name(),
-            instance = %s.meta.id,
-            chosen = i == chosen,
-            key = ?policy.key(m),
-            predicted_ttft_ms = m.predicted_ttft * 1e3,
-            predicted_tpot_ms = m.predicted_tpot * 1e3,
-            tpot_before_ms = m.predicted_tpot_before * 1e3,
-            violations = m.violations,
-            added_latency_s = m.added_latency,
-            cached_tokens = m.cached_tokens,
-            "candidate"
-        );
-    }
-}
-
 /// Whether an instance of `role` may serve `stage`.
 fn role_fits(role: InferStage, stage: InferStage) -> bool {
     role == stage || role == InferStage::Neutral
-}
-
-/// Share of its answer a running request has still to generate, on average (half: progress is
-/// spread evenly over an answer).
-const REMAINING_SHARE: f64 = 0.5;
-
-/// The request as a candidate sees it.
-#[derive(Debug, Clone, Copy)]
-struct Ask {
-    /// Its prompt tokens cached there.
-    cached: f64,
-    /// Its prompt tokens.
-    prompt: f64,
-    /// Tokens it will generate.
-    output: f64,
 }
 
 /// Seconds that the prompts computed in `steps` added to them: each step's time beyond what
@@ -972,182 +778,4 @@ fn measured_prefill_seconds(fit: &StepTimeFit, steps: &[StepSample]) -> f64 {
             (s.step_seconds - decode_only).clamp(0.0, s.step_seconds.max(0.0))
         })
         .sum()
-}
-
-/// What the schedulable instances of `model` can decode, for the full split: `None` until one
-/// has a step-time fit and every one has said its state.
-fn split_cluster<'a>(
-    cms: &Cms,
-    fits: &'a StepFits,
-    model: &str,
-    now: f64,
-    staleness: f64,
-) -> Option<SplitCluster<'a>> {
-    let states: Vec<_> = cms
-        .iter()
-        .filter(|s| s.meta.model == model && s.schedulable(now, staleness))
-        .collect();
-    let fit = states.iter().find_map(|s| fits.of(&s.meta.id))?;
-    let (mut decoding, mut context, mut kv, mut seats) = (0.0, 0.0, 0.0, 0.0);
-    for state in &states {
-        let status = state.status.as_ref()?;
-        decoding += f64::from(status.num_decoding);
-        context += status.decode_tokens as f64;
-        kv += status.total_kv_tokens as f64;
-        seats += f64::from(status.max_num_seqs);
-    }
-    let n = states.len() as f64;
-    Some(SplitCluster {
-        instances: states.len(),
-        fit,
-        context_each: if decoding > 0.0 {
-            context / decoding
-        } else {
-            0.0
-        },
-        kv_tokens_each: kv / n,
-        seats_each: seats / n,
-    })
-}
-
-/// The candidate `policy` picks: the next in turn, the better of two random ones, a draw among
-/// the best and its near ties (predictive, under the TPOT objective `tpot`; see
-/// [`near_tie`]), or the best key (ties broken by a draw).
-fn choose(
-    policy: Policy,
-    candidates: &[(&InstanceState, CandidateMetrics)],
-    tpot: Option<f64>,
-    round_robin: &mut u64,
-    rng: &mut SmallRng,
-) -> usize {
-    match policy {
-        Policy::RoundRobin => {
-            *round_robin = round_robin.wrapping_add(1);
-            (*round_robin % candidates.len() as u64) as usize
-        }
-        Policy::PowerOfTwo => {
-            let a = rng.random_range(0..candidates.len());
-            let b = rng.random_range(0..candidates.len());
-            let keys = [a, b].map(|i| policy.key(&candidates[i].1));
-            [a, b][select(&keys, rng.random()).expect("two keys")]
-        }
-        policy => {
-            let keys: Vec<[f64; 3]> = candidates.iter().map(|c| policy.key(&c.1)).collect();
-            let best = select(&keys, rng.random()).expect("candidates exist");
-            if policy != Policy::Predictive || tpot.is_none() {
-                return best;
-            }
-            let near: Vec<usize> = (0..candidates.len())
-                .filter(|&i| i == best || near_tie(&candidates[best].1, &candidates[i].1, tpot))
-                .collect();
-            match near.len() {
-                1 => best,
-                n => near[rng.random_range(0..n)],
-            }
-        }
-    }
-}
-
-/// The best candidate after the chosen one (removed from `candidates`), with its predictions.
-fn runner_up(
-    policy: Policy,
-    candidates: &[(&InstanceState, CandidateMetrics)],
-) -> Option<RunnerUp> {
-    candidates
-        .iter()
-        .min_by(|a, b| {
-            let (a, b) = (policy.key(&a.1), policy.key(&b.1));
-            a.partial_cmp(&b).unwrap_or(std::cmp::Ordering::Equal)
-        })
-        .map(|(s, m)| RunnerUp {
-            instance_id: s.meta.id.clone(),
-            predicted_ttft_ms: m.predicted_ttft * 1000.0,
-            predicted_tpot_ms: m.predicted_tpot * 1000.0,
-        })
-}
-
-/// Llumnix's load metrics of one candidate (S = engine status, L = in-flight dispatches), and
-/// the predictions for the request there.
-fn candidate_metrics(
-    state: &InstanceState,
-    live: Live,
-    ask: Ask,
-    fit: Option<&StepTimeFit>,
-    now: f64,
-) -> CandidateMetrics {
-    let s = state
-        .status
-        .as_ref()
-        .expect("schedulable instances have a status");
-    let total = (s.total_kv_tokens as f64).max(1.0);
-    // Prompt tokens left to compute; the context the queued requests will decode beside
-    // counts their cached prefixes too.
-    let all_prefill = (s.prefill_tokens_to_compute() + live.in_flight.uncached_tokens) as f64;
-    let queued_context = (s.waiting_prefill_tokens
-        + s.running_prefill_tokens
-        + live.in_flight.uncached_tokens) as f64;
-    let decode_batch = (s.num_decoding + live.in_flight.requests) as f64;
-    let queued = (s.num_waiting + s.num_swapped + live.in_flight.requests) as f64;
-    let uncached = (ask.prompt - ask.cached).max(0.0);
-    let projected_kv = s.used_kv_tokens as f64
-        + (s.waiting_prefill_tokens + s.running_prefill_tokens) as f64
-        + live.in_flight.prompt_tokens as f64;
-    let requests = (s.num_running as f64) + queued;
-    // An engine that says its KV usage but not its capacity: the ratio alone (the tokens queued
-    // or on their way cannot be added to a ratio of an unknown total).
-    let unknown_capacity = s.total_kv_tokens == 0;
-    let usage_alone = s.kv_usage.filter(|_| unknown_capacity);
-    let mut m = CandidateMetrics {
-        requests,
-        queued,
-        kv_usage_projected: usage_alone.unwrap_or(projected_kv / total),
-        all_prefill_tokens: all_prefill,
-        decode_batch,
-        decode_tokens: s.decode_tokens as f64,
-        cached_tokens: ask.cached,
-        uncached_tokens: uncached,
-        shortest_answer: live.shortest_answer.map_or(0.0, f64::from),
-        kv_overflow: match usage_alone {
-            Some(usage) => usage >= 1.0,
-            None => projected_kv + ask.prompt + ask.output > total,
-        },
-        ..Default::default()
-    };
-    let default_fit;
-    let fit = match fit {
-        Some(f) => f,
-        None => {
-            default_fit = StepTimeFit::new(DEFAULT_PRIOR);
-            &default_fit
-        }
-    };
-    let shape = QueueShape {
-        prefill_ahead: all_prefill,
-        // The engine's waiting prompts, the one it is computing, and those on their way.
-        prompts_ahead: (s.num_waiting + live.in_flight.requests) as f64
-            + f64::from(u8::from(s.running_prefill_tokens > 0)),
-        own_prefill: uncached,
-        decode_batch,
-        decode_context: s.decode_tokens as f64,
-        prompt_tokens: ask.prompt,
-        max_batched_tokens: s.max_num_batched_tokens.max(1) as f64,
-        prefill_share: state.pressure.share(now),
-        output_tokens: ask.output,
-    };
-    m.predicted_ttft = predict_ttft(fit, &shape);
-    m.prefill_seconds = prefill_seconds(fit, uncached, shape.own_attention());
-    // By the time the request decodes, the requests queued ahead of it decode beside it.
-    let tpot = predict_tpot(
-        fit,
-        &QueueShape {
-            decode_batch: requests,
-            decode_context: s.decode_tokens as f64 + queued_context,
-            ..shape
-        },
-    );
-    m.predicted_tpot = tpot.own;
-    m.predicted_tpot_before = tpot.others_before;
-    m.delay_each = tpot.delay_each;
-    m.decode_step = tpot.decode_step;
-    m
 }
