@@ -24,20 +24,7 @@ jobs=${JOBS:-2}
 workloads=${WORKLOADS:-ac ax mc ms sp ag mt lc}
 [ -x "$bin" ] || cargo build --release -p switchyard
 
-# The workload flags of a short name.
-workload_flags() {
-    case $1 in
-    ac) echo "--workload azure:$traces/azure2023/AzureLLMInferenceTrace_code.csv" ;;
-    ax) echo "--workload azure:$traces/azure2023/AzureLLMInferenceTrace_conv.csv" ;;
-    mc) echo "--workload mooncake:$traces/mooncake/conversation_trace.jsonl" ;;
-    ms) echo "--workload mooncake:$traces/mooncake/synthetic_trace.jsonl" ;;
-    sp) echo "--workload shared-prefix --groups 600" ;;
-    ag) echo "--workload agentic --conversations 430" ;;
-    mt) echo "--workload multi-turn --conversations 600" ;;
-    lc) echo "--workload long-context" ;;
-    *) echo "unknown workload $1" >&2; return 1 ;;
-    esac
-}
+. scripts/lib/sim_workloads.sh
 
 # The grid points of a workload, each RATE:REQUESTS[:SEED].
 points() {

@@ -6,7 +6,7 @@
 #
 #   scripts/rescheduling_sim.sh [WORKLOAD:RATE ...]   (default: mc:14 lc:75.02 ac:38 ax:280)
 #
-# WORKLOAD: ac, ax (Azure code and conversation), mc (Mooncake conversation), lc (long-context).
+# WORKLOAD: a short name of scripts/lib/sim_workloads.sh (ac, ax, mc, ms, sp, ag, mt, lc).
 # Settings (environment): TRACES (../shared/traces), BIN (target/release/switchyard, built if
 # missing). Prints one markdown row per workload: P99 TPOT, P99 E2E and goodput with the
 # rescheduler on and off, and how many times lower the tails are with it on (the goal:
@@ -17,18 +17,12 @@ traces=${TRACES:-../shared/traces}
 bin=${BIN:-target/release/switchyard}
 [ -x "$bin" ] || cargo build --release -p switchyard
 [ $# -ge 1 ] || set -- mc:14 lc:75.02 ac:38 ax:280
+. scripts/lib/sim_workloads.sh
 
 # Prints "P99_TPOT_MS P99_E2E_S GOODPUT" of one run.
 run() {
-    local workload=$1 rate=$2 flags
-    case $workload in
-    ac) flags="--workload azure:$traces/azure2023/AzureLLMInferenceTrace_code.csv" ;;
-    ax) flags="--workload azure:$traces/azure2023/AzureLLMInferenceTrace_conv.csv" ;;
-    mc) flags="--workload mooncake:$traces/mooncake/conversation_trace.jsonl" ;;
-    lc) flags="--workload long-context" ;;
-    *) echo "unknown workload $workload" >&2; return 1 ;;
-    esac
-    local requests
+    local workload=$1 rate=$2 flags requests
+    flags=$(workload_flags "$workload")
     requests=$(awk -v r="$rate" 'BEGIN {printf "%d", 60 * r}')
     # shellcheck disable=SC2086 # the workload's flags split into words on purpose
     "$bin" sim --instances 16 --sim-model llama-3.1-8b --policy predictive \
