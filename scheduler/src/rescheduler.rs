@@ -260,11 +260,8 @@ fn pair_off(
         lo += 1;
         hi -= 1;
     }
-    let mut i = 0;
-    loads.retain(|_| {
-        i += 1;
-        !paired[i - 1]
-    });
+    let mut unpaired = paired.into_iter().map(|p| !p);
+    loads.retain(|_| unpaired.next().unwrap_or(true));
     moves
 }
 
