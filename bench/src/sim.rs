@@ -55,6 +55,11 @@ pub struct SimArgs {
     /// requests move between instances (live migration) as the scheduler's rescheduler orders.
     #[arg(long)]
     pub no_rescheduling: bool,
+    /// With the predictive policy and SLOs: refuse a request that no instance can serve inside
+    /// them, as `scheduler --slo-admission` does (refusals count as errors; goodput counts the
+    /// requests served inside the SLOs).
+    #[arg(long)]
+    pub slo_admission: bool,
     /// Bandwidth of the link KV moves over between instances, in Gb/s.
     #[arg(long, default_value = "25")]
     pub kv_transfer_gbps: Positive,
@@ -130,6 +135,7 @@ impl SimArgs {
                 ttft: slo.ttft_ms.map(|ms| ms / 1e3),
                 tpot: slo.tpot_ms.map(|ms| ms / 1e3),
             },
+            slo_admission: self.slo_admission,
             gpu,
             shape,
             block_size: self.block_size,

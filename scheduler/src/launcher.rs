@@ -240,7 +240,9 @@ pub struct SloFlags {
     #[arg(long = "slo-for", env = "SWITCHYARD_SLO_FOR", value_delimiter = ',')]
     pub slo_for: Vec<String>,
     /// With objectives: answer "no capacity" (the gateway's 503) when no instance can meet them
-    /// for a request, instead of placing it where it misses them least.
+    /// for a request, instead of placing it where it misses them least: always where its
+    /// predicted TTFT is over the objective everywhere; where only its TPOT is, by a margin
+    /// learned from how the requests let in fare (refusing more while over 5% of them miss).
     #[arg(long, env = "SWITCHYARD_SLO_ADMISSION")]
     pub slo_admission: bool,
 }

@@ -5,6 +5,7 @@
 //! - [`predictor`]: step-time fits and the TTFT / TPOT predictions built on them.
 //! - [`pressure`]: each instance's recent share of time spent on prefill.
 //! - [`score`]: the predictive policy's score: SLO misses and added latency of a placement.
+//! - [`admission`]: with `--slo-admission`, which requests predicted to miss are refused.
 //! - [`prefix_index`]: which instance holds which prefix block.
 //! - [`policy`]: candidate metrics, filters and selectors.
 //! - [`rescheduler`]: which instance hands a running request to which (live migration).
@@ -20,6 +21,7 @@
 //! runs behind the HTTP service and under the cluster simulator's virtual clock.
 
 pub mod adaptive_pd;
+pub mod admission;
 pub mod answer_length;
 pub mod cms;
 pub mod handoffs;

@@ -161,6 +161,25 @@ fn misses_own(m: &CandidateMetrics, slos: Slos) -> bool {
             .is_some_and(|s| m.predicted_tpot > s * (1.0 + TPOT_CACHED_MARGIN * cached_share))
 }
 
+/// How many times over the TPOT objective a scored candidate would serve the request: 0 where it
+/// counts no whole miss, infinite where its predicted TTFT is over the TTFT objective or its KV
+/// would not fit (TTFT predictions are close, off by some 16%, and a queue that grows past the
+/// objective makes every later request miss too), else the larger of 1 and its predicted TPOT
+/// over the objective with the margin its cached share earns. What `--slo-admission` refuses
+/// by ([`crate::admission`]).
+pub fn overshoot(m: &CandidateMetrics, slos: Slos) -> f64 {
+    if m.violations < 1.0 {
+        return 0.0;
+    }
+    if m.kv_overflow || slos.ttft.is_some_and(|s| m.predicted_ttft > s) {
+        return f64::INFINITY;
+    }
+    let tpot = slos.tpot.map_or(0.0, |s| {
+        m.predicted_tpot / (s * (1.0 + TPOT_CACHED_MARGIN * cached_share(m)))
+    });
+    tpot.max(1.0)
+}
+
 /// How far over the best candidate's added latency, as a share of it, another's may be and still
 /// be drawn with it (when it counts as many misses): the predictions are estimates, off by some
 /// 15% for TPOT (BENCHMARKS.md), and always taking the least prediction sends each burst to

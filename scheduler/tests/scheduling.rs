@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::hashing::block_hashes;
 use switchyard_protocol::kv_events::{KvEvent, KvEventKind, StoredBlock};
-use switchyard_protocol::schedule::{InferStage, ScheduleRequest};
+use switchyard_protocol::schedule::{InferStage, Observed, ScheduleRequest};
 use switchyard_scheduler::cms::{EngineKind, InstanceMeta};
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::score::Slos;
@@ -606,6 +606,35 @@ fn slo_admission_answers_no_capacity_when_every_tpot_is_over() {
         s.schedule(&request("a", &[1]), 0.1),
         Err(ScheduleError::AllEndpointsBusy)
     );
+}
+
+#[test]
+fn slo_admission_lets_in_a_tpot_predicted_a_little_over_until_finished_requests_miss() {
+    let predicted = admitting(Slos::default())
+        .schedule(&request("probe", &[1]), 0.1)
+        .unwrap()
+        .decision
+        .predicted_tpot_ms
+        .unwrap();
+    let mut s = admitting(Slos {
+        ttft: None,
+        tpot: Some(predicted / 1.5 / 1000.0),
+    });
+    // Let in at first (an idle cluster's first predictions are its least sure), each getting
+    // what was predicted, over its objective, until enough of them missed.
+    let mut admitted = 0;
+    while let Ok(placement) = s.schedule(&request(&admitted.to_string(), &[1]), 0.1) {
+        assert!(placement.metrics.violations >= 1.0);
+        let observed = Observed {
+            ttft_ms: Some(10.0),
+            tpot_ms: Some(predicted),
+            ..Observed::default()
+        };
+        s.finish(&admitted.to_string(), &observed);
+        admitted += 1;
+        assert!(admitted < 100, "still let in after {admitted} misses");
+    }
+    assert!(admitted >= 50, "refused after {admitted}");
 }
 
 #[test]

@@ -49,6 +49,9 @@ pub struct ClusterConfig {
     pub policy: Policy,
     /// With the predictive policy: the objectives it places for.
     pub slos: Slos,
+    /// With the predictive policy and objectives: refuse a request no instance can serve inside
+    /// them (the scheduler's `--slo-admission`), as its client's error `schedule_all_endpoints_busy`.
+    pub slo_admission: bool,
     /// The GPU each instance runs on.
     pub gpu: GpuProfile,
     /// The model it serves.
@@ -244,6 +247,7 @@ impl Cluster {
                 staleness: f64::INFINITY,
                 block_size: config.block_size as u32,
                 slos: config.slos,
+                slo_admission: config.slo_admission,
                 adaptive_pd: config.adaptive_pd,
                 ..SchedulerConfig::default()
             },
@@ -704,6 +708,7 @@ mod tests {
             instances,
             policy,
             slos: Slos::default(),
+            slo_admission: false,
             gpu: GpuProfile::by_name("h100").unwrap(),
             shape: ModelShape::preset("qwen3-0.6b").unwrap(),
             block_size: 16,

@@ -9,6 +9,7 @@ mod disaggregation;
 use candidates::{candidate_metrics, choose, log_candidates, runner_up, Ask};
 
 use crate::adaptive_pd::{AdaptivePd, Leaning};
+use crate::admission::Admission;
 use crate::answer_length::AnswerLengths;
 use crate::cms::{Cms, EngineKind, InstanceMeta, InstanceState};
 use crate::handoffs::PendingHandOffs;
@@ -16,7 +17,7 @@ use crate::lrs::{Dispatch, InFlight, Lrs};
 use crate::policy::{CandidateMetrics, Policy, SoftLimits};
 use crate::predictor::{PredictionErrors, StepTimeFit};
 use crate::prefix_index::{IndexError, PrefixIndex, Slot};
-use crate::score::{score, Slos};
+use crate::score::{overshoot, score, Slos};
 use crate::step_fits::StepFits;
 use rand::{rngs::SmallRng, SeedableRng};
 use rustc_hash::FxHashMap;
@@ -46,7 +47,8 @@ pub struct SchedulerConfig {
     pub slos: Slos,
     /// With `Predictive`: objectives for particular models.
     pub model_slos: Vec<(String, Slos)>,
-    /// With `Predictive` and SLOs: answer "no capacity" when no instance can meet them.
+    /// With `Predictive` and SLOs: answer "no capacity" when no instance can meet them (by the
+    /// margin [`crate::admission`] learns).
     pub slo_admission: bool,
     /// Routed placements on engines without KV events live this many seconds.
     pub routed_ttl: f64,
@@ -177,6 +179,8 @@ pub struct Scheduler {
     leaning: FxHashMap<String, Leaning>,
     /// Each model's answer lengths, learned from its finished requests.
     answers: FxHashMap<String, AnswerLengths>,
+    /// With SLO admission: each model's, learned from its finished requests.
+    admissions: FxHashMap<String, Admission>,
     /// The tokens expected of the answer of the request being placed.
     answer: f64,
     /// Hand-offs to decode instances that their status does not show yet.
@@ -198,6 +202,7 @@ impl Scheduler {
             hits_by_slot: Vec::new(),
             hits_fresh: false,
             gateways_seen: FxHashMap::default(),
+            admissions: FxHashMap::default(),
             leaning: FxHashMap::default(),
             answers: FxHashMap::default(),
             answer: 0.0,
@@ -402,6 +407,7 @@ impl Scheduler {
         };
         self.learn_answer(&d, observed);
         self.count_for_split(&d, observed);
+        self.count_for_admission(&d, observed);
         PredictionErrors::of((d.predicted_ttft, d.predicted_tpot), observed)
     }
 
@@ -418,6 +424,32 @@ impl Scheduler {
                 let mut answers = AnswerLengths::default();
                 answers.finished(d.max_tokens, output);
                 self.answers.insert(model.clone(), answers);
+            }
+        }
+    }
+
+    /// With SLO admission, counts a finished request that its client saw start, inside its
+    /// model's objectives or not, towards the model's [`Admission`].
+    fn count_for_admission(&mut self, d: &Dispatch, observed: &Observed) {
+        let (true, Some(ttft_ms), Some(state)) = (
+            self.config.slo_admission,
+            observed.ttft_ms,
+            self.cms.get(&d.instance),
+        ) else {
+            return;
+        };
+        let model = &state.meta.model;
+        let slos = self.slos_for(model);
+        let over = |objective: Option<f64>, ms: Option<f64>| {
+            objective.zip(ms).is_some_and(|(s, ms)| ms > s * 1e3)
+        };
+        let missed = over(slos.ttft, Some(ttft_ms)) || over(slos.tpot, observed.tpot_ms);
+        match self.admissions.get_mut(model) {
+            Some(admission) => admission.on_finished(missed),
+            None => {
+                let mut admission = Admission::default();
+                admission.on_finished(missed);
+                self.admissions.insert(model.clone(), admission);
             }
         }
     }
@@ -621,10 +653,18 @@ impl Scheduler {
             for c in &mut candidates {
                 score(&mut c.1, slos, self.answer, load);
             }
-            // Refused only where every instance would put someone outside the SLOs: a TTFT
-            // predicted just inside its objective is a share of a miss, not a miss.
-            if self.config.slo_admission && candidates.iter().all(|c| c.1.violations >= 1.0) {
-                return Err(ScheduleError::AllEndpointsBusy);
+            // Refused only where every instance would put someone outside the SLOs (a TTFT
+            // predicted just inside its objective is a share of a miss, not a miss), by more
+            // than the margin the outcomes allow.
+            if self.config.slo_admission {
+                let least = candidates
+                    .iter()
+                    .map(|c| overshoot(&c.1, slos))
+                    .fold(f64::INFINITY, f64::min);
+                let admission = self.admissions.get(&req.model).copied();
+                if !admission.unwrap_or_default().admits(least) {
+                    return Err(ScheduleError::AllEndpointsBusy);
+                }
             }
         }
         // The soft limits narrow the choice only when some candidate is inside them.
