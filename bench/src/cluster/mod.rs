@@ -815,6 +815,55 @@ mod tests {
     }
 
     #[test]
+    fn with_slo_admission_a_burst_past_the_ttft_objective_is_refused_and_the_rest_served_in_time() {
+        // 64 prompts of 2,080 tokens at once on one instance, under a TTFT objective that half
+        // of them meet when all are let in: the queue behind the first ones would not.
+        let requests = unshared_requests(64, 0.0);
+        let config = |ttft, slo_admission| ClusterConfig {
+            slos: Slos {
+                ttft: Some(ttft),
+                tpot: None,
+            },
+            slo_admission,
+            ..config(1, Policy::Predictive)
+        };
+        let mut ttfts: Vec<f64> = simulate_with(&config(1e3, false), &requests)
+            .outcomes
+            .iter()
+            .filter_map(|o| o.ttft)
+            .collect();
+        ttfts.sort_by(f64::total_cmp);
+        let objective = ttfts[32];
+        let within = |run: &SimRun| {
+            run.outcomes
+                .iter()
+                .filter(|o| o.error.is_none() && o.ttft.is_some_and(|t| t <= objective))
+                .count()
+        };
+        let open = simulate_with(&config(objective, false), &requests);
+        assert!(open.outcomes.iter().all(|o| o.error.is_none()));
+        let admitting = simulate_with(&config(objective, true), &requests);
+        let refused = admitting
+            .outcomes
+            .iter()
+            .filter(|o| o.error.as_deref() == Some("schedule_all_endpoints_busy"))
+            .count();
+        let served = admitting.outcomes.len() - refused;
+        assert!(
+            refused > 0 && served > 0,
+            "{refused} refused, {served} served"
+        );
+        // Every request ends once, refused or served; those served, mostly in time.
+        assert_eq!(admitting.outcomes.len(), 64);
+        assert!(
+            within(&admitting) * 10 >= served * 9,
+            "{} of {served}",
+            within(&admitting)
+        );
+        assert!(within(&admitting) >= within(&open));
+    }
+
+    #[test]
     fn a_disaggregated_cluster_hands_each_request_from_prefill_to_decode_and_loses_nothing() {
         let requests = shared_prefix_requests(64, 0.01);
         let run = simulate_disaggregated(4, 1, &requests);
