@@ -9,12 +9,12 @@
 //! predicted to miss, 4 simulated engines serving 2,000-token system prompts shared by five
 //! users each at 192 req/s served 93% of those they let in inside the SLOs, and less goodput
 //! than letting all in on two seeds of three (seeds 1-3: 139.0 / 132.0 / 129.7 against 131.2 /
-//! 139.3 / 139.4 req/s; with this margin 146.2 / 139.6 / 142.0). So such a request is refused only where even its best instance is predicted
-//! over the TPOT objective by more than a margin, and the margin follows the outcomes: it
-//! widens while at least [`INSIDE_TARGET`] of the finished requests are inside both
-//! objectives, and narrows, faster, down to refusing every predicted miss, while fewer are. It
-//! starts at its widest: an idle cluster's first predictions are its least sure. The runs are
-//! in docs/benchmarks-history.md.
+//! 139.3 / 139.4 req/s; with this margin 146.2 / 139.6 / 142.0). So such a request is refused
+//! only where even its best instance is predicted over the TPOT objective by more than a
+//! margin, and the margin follows the outcomes: it widens while at least [`INSIDE_TARGET`] of
+//! the finished requests are inside both objectives, and narrows, faster, down to refusing
+//! every predicted miss, while fewer are. It starts at its widest: an idle cluster's first
+//! predictions are its least sure. The runs are in docs/benchmarks-history.md.
 
 use crate::miss_share::MissShare;
 

@@ -50,7 +50,8 @@ pub struct ClusterConfig {
     /// With the predictive policy: the objectives it places for.
     pub slos: Slos,
     /// With the predictive policy and objectives: refuse a request no instance can serve inside
-    /// them (the scheduler's `--slo-admission`), as its client's error `schedule_all_endpoints_busy`.
+    /// them (the scheduler's `--slo-admission`), as its client's error
+    /// `schedule_all_endpoints_busy`.
     pub slo_admission: bool,
     /// The GPU each instance runs on.
     pub gpu: GpuProfile,
