@@ -73,8 +73,9 @@ impl Admission {
         };
     }
 
-    /// The margin now.
-    pub fn margin(&self) -> f64 {
+    /// The margin now (for tests: it shows only in what is refused).
+    #[cfg(test)]
+    fn margin(&self) -> f64 {
         self.margin
     }
 }

@@ -153,12 +153,17 @@ pub const TPOT_CACHED_MARGIN: f64 = 0.2;
 /// its predicted TPOT over the TPOT objective plus the margin its cached share earns, or its
 /// KV would not fit.
 fn misses_own(m: &CandidateMetrics, slos: Slos) -> bool {
-    let cached_share = cached_share(m);
     m.kv_overflow
         || slos.ttft.is_some_and(|s| m.predicted_ttft > s)
         || slos
             .tpot
-            .is_some_and(|s| m.predicted_tpot > s * (1.0 + TPOT_CACHED_MARGIN * cached_share))
+            .is_some_and(|s| m.predicted_tpot > tpot_allowed(m, s))
+}
+
+/// The TPOT the request may be predicted at on the candidate before it counts as a miss: the
+/// objective `tpot` plus the margin its cached share there earns ([`TPOT_CACHED_MARGIN`]).
+fn tpot_allowed(m: &CandidateMetrics, tpot: f64) -> f64 {
+    tpot * (1.0 + TPOT_CACHED_MARGIN * cached_share(m))
 }
 
 /// How many times over the TPOT objective a scored candidate would serve the request: 0 where it
@@ -174,9 +179,9 @@ pub fn overshoot(m: &CandidateMetrics, slos: Slos) -> f64 {
     if m.kv_overflow || slos.ttft.is_some_and(|s| m.predicted_ttft > s) {
         return f64::INFINITY;
     }
-    let tpot = slos.tpot.map_or(0.0, |s| {
-        m.predicted_tpot / (s * (1.0 + TPOT_CACHED_MARGIN * cached_share(m)))
-    });
+    let tpot = slos
+        .tpot
+        .map_or(0.0, |s| m.predicted_tpot / tpot_allowed(m, s));
     tpot.max(1.0)
 }
 
