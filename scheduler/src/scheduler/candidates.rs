@@ -11,19 +11,21 @@ use crate::score::near_tie;
 use rand::{rngs::SmallRng, Rng};
 use switchyard_protocol::schedule::RunnerUp;
 
-/// Logs every candidate's score for a decision (at debug level).
+/// Logs every candidate's score for a decision (at debug level); `chosen` is `None` when the
+/// request was refused.
 pub(super) fn log_candidates(
     request_id: &str,
     policy: Policy,
     candidates: &[(&InstanceState, CandidateMetrics)],
-    chosen: usize,
+    chosen: Option<usize>,
 ) {
     for (i, (s, m)) in candidates.iter().enumerate() {
         tracing::debug!(
             request_id,
             policy = policy.name(),
             instance = %s.meta.id,
-            chosen = i == chosen,
+            chosen = Some(i) == chosen,
+            refused = chosen.is_none(),
             key = ?policy.key(m),
             predicted_ttft_ms = m.predicted_ttft * 1e3,
             predicted_tpot_ms = m.predicted_tpot * 1e3,
