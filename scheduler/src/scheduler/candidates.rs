@@ -11,14 +11,17 @@ use crate::score::near_tie;
 use rand::{rngs::SmallRng, Rng};
 use switchyard_protocol::schedule::RunnerUp;
 
-/// Logs every candidate's score for a decision (at debug level); `chosen` is `None` when the
-/// request was refused.
+/// Logs every candidate's score for a decision (at debug level, and only when it is on);
+/// `chosen` is `None` when the request was refused.
 pub(super) fn log_candidates(
     request_id: &str,
     policy: Policy,
     candidates: &[(&InstanceState, CandidateMetrics)],
     chosen: Option<usize>,
 ) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
     for (i, (s, m)) in candidates.iter().enumerate() {
         tracing::debug!(
             request_id,

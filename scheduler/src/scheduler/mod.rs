@@ -663,9 +663,7 @@ impl Scheduler {
                     .fold(f64::INFINITY, f64::min);
                 let admission = self.admissions.get(&req.model).copied();
                 if !admission.unwrap_or_default().admits(least) {
-                    if tracing::enabled!(tracing::Level::DEBUG) {
-                        log_candidates(&req.request_id, policy, &candidates, None);
-                    }
+                    log_candidates(&req.request_id, policy, &candidates, None);
                     return Err(ScheduleError::AllEndpointsBusy);
                 }
             }
@@ -683,9 +681,7 @@ impl Scheduler {
             &mut self.round_robin,
             &mut self.rng,
         );
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            log_candidates(&req.request_id, policy, &candidates, Some(chosen));
-        }
+        log_candidates(&req.request_id, policy, &candidates, Some(chosen));
         let (state, metrics) = candidates.swap_remove(chosen);
         let runner_up = runner_up(policy, &candidates);
         let decision = ScheduleDecision {
