@@ -13,12 +13,8 @@
 //! only where even its best instance is predicted over the TPOT objective by more than a
 //! margin, and the margin follows the outcomes: it widens while at least [`INSIDE_TARGET`] of
 //! the finished requests are inside both objectives, and narrows, faster, down to refusing
-//! every predicted miss, while fewer are. It starts at its widest (an idle cluster's first
-//! predictions are its least sure), and starts over whenever the model's instances are idle: a
-//! margin narrowed in one burst would otherwise refuse the start of the next, whose first
-//! predictions run high (4 simulated engines behind the gateway at 192 req/s refused 175-219
-//! of 1,000 requests after a run at 160, 82-91 from a fresh start). The runs are in
-//! docs/benchmarks-history.md.
+//! every predicted miss, while fewer are. It starts at its widest: an idle cluster's first
+//! predictions are its least sure. The runs are in docs/benchmarks-history.md.
 
 use crate::miss_share::MissShare;
 

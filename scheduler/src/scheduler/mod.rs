@@ -657,12 +657,6 @@ impl Scheduler {
             // predicted just inside its objective is a share of a miss, not a miss), by more
             // than the margin the outcomes allow.
             if self.config.slo_admission {
-                // Nothing running, waiting or in flight on the model's instances: no queue for
-                // a wide margin to grow, and the outcomes learned before say nothing of the one
-                // this placement starts, so the margin starts over.
-                if load == 0.0 {
-                    self.admissions.remove(&req.model);
-                }
                 let least = candidates
                     .iter()
                     .map(|c| overshoot(&c.1, slos))
