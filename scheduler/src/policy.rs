@@ -85,6 +85,10 @@ pub struct CandidateMetrics {
     pub predicted_ttft: f64,
     /// Predicted time per output token of this request, seconds.
     pub predicted_tpot: f64,
+    /// Predicted time per output token of this request with the prompts queued ahead of it
+    /// computed before it decodes, seconds: what `--slo-admission` judges it by
+    /// ([`crate::predictor::TpotOutlook::own_after_queue`]).
+    pub admission_tpot: f64,
     /// Predicted time per output token of the instance's other requests if this one goes
     /// elsewhere, seconds.
     pub predicted_tpot_before: f64,

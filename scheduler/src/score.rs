@@ -166,23 +166,25 @@ fn tpot_allowed(m: &CandidateMetrics, tpot: f64) -> f64 {
     tpot * (1.0 + TPOT_CACHED_MARGIN * cached_share(m))
 }
 
-/// How many times over the TPOT objective a scored candidate would serve the request: 0 where it
-/// counts no whole miss, infinite where its predicted TTFT is over the TTFT objective or its KV
-/// would not fit (TTFT predictions are close, off by some 16%, and a queue that grows past the
-/// objective makes every later request miss too), else the larger of 1 and its predicted TPOT
-/// over the objective with the margin its cached share earns. What `--slo-admission` refuses
-/// by ([`crate::admission`]).
+/// How many times over the TPOT objective a scored candidate would serve the request: infinite
+/// where its predicted TTFT is over the TTFT objective or its KV would not fit (TTFT predictions
+/// are close, off by some 16%, and a queue that grows past the objective makes every later
+/// request miss too), else its TPOT with the prompts queued ahead computed first
+/// ([`CandidateMetrics::admission_tpot`]) over the objective with the margin its cached share
+/// earns, at least 1 where it would push the shortest answer live there over the objective.
+/// What `--slo-admission` refuses by ([`crate::admission`]): under 1 the request is let in.
 pub fn overshoot(m: &CandidateMetrics, slos: Slos) -> f64 {
-    if m.violations < 1.0 {
-        return 0.0;
-    }
     if m.kv_overflow || slos.ttft.is_some_and(|s| m.predicted_ttft > s) {
         return f64::INFINITY;
     }
-    let tpot = slos
-        .tpot
-        .map_or(0.0, |s| m.predicted_tpot / tpot_allowed(m, s));
-    tpot.max(1.0)
+    let Some(tpot) = slos.tpot else {
+        return 0.0;
+    };
+    let own = m.admission_tpot / tpot_allowed(m, tpot);
+    match pushes_shortest_answer(m, tpot) {
+        true => own.max(1.0),
+        false => own,
+    }
 }
 
 /// How far over the best candidate's added latency, as a share of it, another's may be and still
@@ -222,6 +224,47 @@ mod tests {
     fn violations_of(mut m: CandidateMetrics, slos: Slos) -> f64 {
         score(&mut m, slos, 100.0, 1.0);
         m.violations
+    }
+
+    #[test]
+    fn admission_judges_the_tpot_with_the_queued_prompts_computed_first() {
+        let slos = Slos {
+            ttft: Some(1.0),
+            tpot: Some(0.05),
+        };
+        let m = CandidateMetrics {
+            predicted_ttft: 0.5,
+            predicted_tpot: 0.08,
+            admission_tpot: 0.04,
+            uncached_tokens: 1000.0,
+            ..Default::default()
+        };
+        assert!((overshoot(&m, slos) - 0.8).abs() < 1e-9, "let in");
+        let later = CandidateMetrics {
+            admission_tpot: 0.1,
+            ..m
+        };
+        assert!((overshoot(&later, slos) - 2.0).abs() < 1e-9);
+        // Pushing the shortest answer there over its objective is a whole miss at least.
+        let pushes = CandidateMetrics {
+            shortest_answer: 3.0,
+            delay_each: 0.2,
+            ..m
+        };
+        assert_eq!(overshoot(&pushes, slos), 1.0);
+        for refused in [
+            CandidateMetrics {
+                predicted_ttft: 1.1,
+                ..m
+            },
+            CandidateMetrics {
+                kv_overflow: true,
+                ..m
+            },
+        ] {
+            assert_eq!(overshoot(&refused, slos), f64::INFINITY);
+        }
+        assert_eq!(overshoot(&m, Slos::default()), 0.0);
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub(super) fn log_candidates(
             key = ?policy.key(m),
             predicted_ttft_ms = m.predicted_ttft * 1e3,
             predicted_tpot_ms = m.predicted_tpot * 1e3,
+            admission_tpot_ms = m.admission_tpot * 1e3,
             tpot_before_ms = m.predicted_tpot_before * 1e3,
             violations = m.violations,
             added_latency_s = m.added_latency,
@@ -188,6 +189,7 @@ pub(super) fn candidate_metrics(
         },
     );
     m.predicted_tpot = tpot.own;
+    m.admission_tpot = tpot.own_after_queue;
     m.predicted_tpot_before = tpot.others_before;
     m.delay_each = tpot.delay_each;
     m.decode_step = tpot.decode_step;
