@@ -227,11 +227,11 @@ pub struct TpotOutlook {
     /// decodes, as they are: their compute spread over the time it takes them and the
     /// request's decode, not over its decode alone. [`TpotOutlook::own`] spreads them over
     /// its decode, for placement (they stand for the arrivals an instance will see, and
-    /// without them requests placed between two status updates all go to one instance);
-    /// judging whether any instance can serve the request, that stretches a step up to twenty
-    /// times behind a burst of cold prompts (4 simulated engines, 2,000-token system prompts
-    /// shared by five users each, 192 req/s: 1 s of queued prefill over a decode under 1 s),
-    /// and refuses requests that then decode in time.
+    /// without them requests placed between two status updates all go to one instance); to
+    /// judge whether any instance can serve the request in time that spreading is wrong:
+    /// behind a burst of cold prompts it stretches a step up to twenty times (4 simulated
+    /// engines, 2,000-token system prompts shared by five users each, 192 req/s: 1 s of queued
+    /// prefill over a decode under 1 s) and refuses requests that then decode in time.
     pub own_after_queue: f64,
 }
 
