@@ -14,14 +14,15 @@
 //! margin, and the margin follows the outcomes: it widens while at least [`INSIDE_TARGET`] of
 //! the finished requests are inside both objectives, and narrows, faster, down to refusing
 //! every predicted miss, while fewer are. It starts at its widest: an idle cluster's first
-//! predictions are its least sure. The TPOT a request is judged by counts the prompts queued
-//! ahead of it as computed before it decodes ([`crate::predictor::TpotOutlook::own_after_queue`]);
-//! the placement's own TPOT spreads them over its decode, and behind a burst of cold prompts
-//! refused requests that would have decoded in time (the same workload, seed 0, at 160 / 192
-//! / 224 req/s: goodput 132.89 / 141.87 / 129.26 with the placement's, 133.41 / 142.42 /
-//! 135.40 with this; up to saturation higher on 7 of 8 points over seeds 0-3, 2-3% lower
-//! past it at 224 on two of them).
-//! The runs are in docs/benchmarks-history.md.
+//! predictions are its least sure.
+//!
+//! The TPOT a request is judged by counts the prompts queued ahead of it as computed before it
+//! decodes ([`crate::predictor::TpotOutlook::own_after_queue`]); the placement's own TPOT
+//! spreads them over its decode, and behind a burst of cold prompts refused requests that
+//! would have decoded in time (the same workload, seed 0, at 160 / 192 / 224 req/s: goodput
+//! 132.89 / 141.87 / 129.26 with the placement's, 133.41 / 142.42 / 135.40 with this; up to
+//! saturation higher on 7 of 8 points over seeds 0-3, 2-3% lower past it at 224 on two of
+//! them). The runs are in docs/benchmarks-history.md.
 
 use crate::miss_share::MissShare;
 
