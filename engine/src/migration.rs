@@ -487,7 +487,7 @@ mod tests {
     fn only_decoding_sequences_move_and_the_cheapest_comes_first() {
         let mut source = core(64, 4);
         let long = add(&mut source, (1..=20).collect(), 8);
-        let short = add(&mut source, (1..=6).collect(), 8);
+        let short = add(&mut source, (31..=36).collect(), 8);
         assert!(
             source.movable(MoveFirst::LeastKv).is_empty(),
             "nothing computed yet"
@@ -507,7 +507,7 @@ mod tests {
     fn to_make_room_for_urgent_requests_the_least_urgent_moves_first() {
         let mut source = core(64, 4);
         let urgent = add_urgent(&mut source, (1..=6).collect(), 8, -1);
-        let relaxed = add_urgent(&mut source, (1..=20).collect(), 8, 5);
+        let relaxed = add_urgent(&mut source, (11..=30).collect(), 8, 5);
         let plain = add(&mut source, (1..=4).collect(), 8);
         step(&mut source, 0.0);
         assert_eq!(

@@ -248,6 +248,26 @@ fn a_waiting_request_reports_the_cached_part_of_its_prompt() {
 }
 
 #[test]
+fn a_burst_sharing_a_prefix_computes_it_once() {
+    // Three prompts of 37 tokens share their first 32 and arrive together; the budget would
+    // admit all three in one step.
+    let mut core = EngineCore::new(config(100, 256));
+    let mut b = backend();
+    let prompt = |tail: u32| -> Vec<u32> { (0..32).chain(tail..tail + 5).collect() };
+    for (i, tail) in [100, 200, 300].into_iter().enumerate() {
+        core.add(seq(&format!("r{i}"), prompt(tail), 2), 0.0)
+            .unwrap();
+    }
+    let (tokens, reports) = run(&mut core, &mut b, 100);
+    assert!(tokens.values().all(|t| t.len() == 2));
+    let hits: usize = reports.iter().map(|r| r.stats.prefix_hits).sum();
+    assert_eq!(
+        hits, 64,
+        "the later two hit the shared blocks instead of computing them"
+    );
+}
+
+#[test]
 fn queue_limit_refuses_without_changing_state() {
     let mut cfg = config(100, 64);
     cfg.max_waiting_requests = 2;

@@ -2,8 +2,9 @@
 
 use super::sequence::{SeqId, SeqStatus, Sequence};
 use crate::kv::BlockPool;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 /// Limits of one step and of the waiting queue.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -249,16 +250,39 @@ impl Batcher {
         self.waiting.insert((seq.priority, seq.arrival_order), id);
     }
 
+    /// Admits waiting sequences in order while the budget, the seats and the free blocks last.
+    ///
+    /// A sequence whose next block to compute is being computed by a running one waits for it,
+    /// and the sequences behind it go first: a burst of prompts sharing a prefix computes that
+    /// prefix once, not once per prompt admitted in the same step (SGLang's in-batch prefix
+    /// caching does the same).
     fn admit_waiting(&mut self, pool: &mut BlockPool, budget: &mut usize, plan: &mut BatchPlan) {
         let block_size = pool.block_size();
+        if self.waiting.is_empty() {
+            return;
+        }
+        let mut computing: FxHashSet<u64> = self
+            .running
+            .iter()
+            .flat_map(|id| uncomputed_hashes(&self.seqs[id]))
+            .copied()
+            .collect();
+        let mut after = Bound::Unbounded;
         while *budget > 0 && self.running.len() + self.reserved_seats < self.limits.max_num_seqs {
-            let Some((&key, &id)) = self.waiting.iter().next() else {
+            let Some((&key, &id)) = self.waiting.range((after, Bound::Unbounded)).next() else {
                 break;
             };
             let seq = &self.seqs[&id];
             let hashes = cacheable_hashes(seq, block_size);
             let hits = pool.lookup(hashes);
             let host = pool.lookup_host(&hashes[hits.len()..]);
+            if hashes
+                .get(hits.len() + host.len())
+                .is_some_and(|next| computing.contains(next))
+            {
+                after = Bound::Excluded(key);
+                continue;
+            }
             let cached = (hits.len() + host.len()) * block_size;
             let n = (seq.tokens.len() - cached).min(*budget);
             let needed = blocks_for(cached + n, block_size) - hits.len();
@@ -285,11 +309,17 @@ impl Batcher {
                 plan.resumed.push(id);
             }
             seq.status = SeqStatus::Running;
+            computing.extend(uncomputed_hashes(seq));
             self.running.push(id);
             plan.scheduled.push((id, n));
             *budget -= n;
         }
     }
+}
+
+/// The hashes of the full blocks of `seq` not yet in the prefix cache: those it computes next.
+fn uncomputed_hashes(seq: &Sequence) -> &[u64] {
+    &seq.block_hashes[seq.num_registered.min(seq.block_hashes.len())..]
 }
 
 /// The hashes of the blocks of `seq` that a prefix-cache hit may cover: every full block but
