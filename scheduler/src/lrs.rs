@@ -34,6 +34,9 @@ pub struct Dispatch {
     pub answer_tokens: u32,
     /// The `max_tokens` its client sent (0: none).
     pub max_tokens: u32,
+    /// With SLO admission, how many times over its objectives its best instance was predicted
+    /// to serve it when it was let in ([`crate::score::overshoot`]; 0 where inside them).
+    pub judged_overshoot: f64,
 }
 
 /// Unreported dispatches of one instance.
@@ -226,6 +229,7 @@ mod tests {
             predicted_tpot: 0.0,
             answer_tokens: 100,
             max_tokens: 100,
+            judged_overshoot: 0.0,
         }
     }
 

@@ -445,10 +445,10 @@ impl Scheduler {
         };
         let missed = over(slos.ttft, Some(ttft_ms)) || over(slos.tpot, observed.tpot_ms);
         match self.admissions.get_mut(model) {
-            Some(admission) => admission.on_finished(missed),
+            Some(admission) => admission.on_finished(missed, d.judged_overshoot),
             None => {
                 let mut admission = Admission::default();
-                admission.on_finished(missed);
+                admission.on_finished(missed, d.judged_overshoot);
                 self.admissions.insert(model.clone(), admission);
             }
         }
@@ -646,6 +646,7 @@ impl Scheduler {
         } else {
             0.0
         };
+        let mut judged_overshoot = 0.0;
         if policy == Policy::Predictive {
             let slos = self.slos_for(&req.model);
             let load =
@@ -657,7 +658,7 @@ impl Scheduler {
             // predicted just inside its objective is a share of a miss, not a miss), by more
             // than the margin the outcomes allow.
             if self.config.slo_admission {
-                let least = candidates
+                let least: f64 = candidates
                     .iter()
                     .map(|c| overshoot(&c.1, slos))
                     .fold(f64::INFINITY, f64::min);
@@ -666,6 +667,7 @@ impl Scheduler {
                     log_candidates(&req.request_id, policy, &candidates, None);
                     return Err(ScheduleError::AllEndpointsBusy);
                 }
+                judged_overshoot = least;
             }
         }
         // The soft limits narrow the choice only when some candidate is inside them.
@@ -695,8 +697,8 @@ impl Scheduler {
             kind: state.meta.kind,
             decode: None,
         };
-        let (slot, kind) = (state.slot, state.meta.kind);
-        self.record_placement(req, &decision, &metrics, slot, kind, now);
+        let at = (state.slot, state.meta.kind);
+        self.record_placement(req, &decision, &metrics, at, judged_overshoot, now);
         Ok(Placement {
             decision,
             metrics,
@@ -712,8 +714,8 @@ impl Scheduler {
         req: &ScheduleRequest,
         decision: &ScheduleDecision,
         metrics: &CandidateMetrics,
-        slot: Slot,
-        kind: EngineKind,
+        (slot, kind): (Slot, EngineKind),
+        judged_overshoot: f64,
         now: f64,
     ) {
         self.lrs.dispatch(
@@ -729,6 +731,7 @@ impl Scheduler {
                 predicted_tpot: metrics.predicted_tpot,
                 answer_tokens: self.answer.round() as u32,
                 max_tokens: req.max_tokens,
+                judged_overshoot,
             },
         );
         // Until the engine reports the blocks it stored, later requests with this prefix are
