@@ -268,6 +268,24 @@ fn a_burst_sharing_a_prefix_computes_it_once() {
 }
 
 #[test]
+fn without_a_prefix_cache_a_burst_sharing_a_prefix_is_admitted_at_once() {
+    let mut cfg = config(100, 256);
+    cfg.prefix_caching = false;
+    let mut core = EngineCore::new(cfg);
+    let prompt = |tail: u32| -> Vec<u32> { (0..32).chain(tail..tail + 5).collect() };
+    for (i, tail) in [100, 200, 300].into_iter().enumerate() {
+        core.add(seq(&format!("r{i}"), prompt(tail), 2), 0.0)
+            .unwrap();
+    }
+    let plan = core.plan(0.0).unwrap();
+    assert_eq!(
+        plan.batch.num_tokens(),
+        111,
+        "all three prompts in the first step"
+    );
+}
+
+#[test]
 fn queue_limit_refuses_without_changing_state() {
     let mut cfg = config(100, 64);
     cfg.max_waiting_requests = 2;

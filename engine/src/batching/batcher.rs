@@ -261,12 +261,16 @@ impl Batcher {
         if self.waiting.is_empty() {
             return;
         }
-        let mut computing: FxHashSet<u64> = self
-            .running
-            .iter()
-            .flat_map(|id| uncomputed_hashes(&self.seqs[id]))
-            .copied()
-            .collect();
+        // Without a prefix cache nothing computed is found again: no sequence waits.
+        let mut computing: FxHashSet<u64> = match pool.caching() {
+            true => self
+                .running
+                .iter()
+                .flat_map(|id| uncomputed_hashes(&self.seqs[id]))
+                .copied()
+                .collect(),
+            false => FxHashSet::default(),
+        };
         let mut after = Bound::Unbounded;
         while *budget > 0 && self.running.len() + self.reserved_seats < self.limits.max_num_seqs {
             let Some((&key, &id)) = self.waiting.range((after, Bound::Unbounded)).next() else {
@@ -309,7 +313,9 @@ impl Batcher {
                 plan.resumed.push(id);
             }
             seq.status = SeqStatus::Running;
-            computing.extend(uncomputed_hashes(seq));
+            if pool.caching() {
+                computing.extend(uncomputed_hashes(seq));
+            }
             self.running.push(id);
             plan.scheduled.push((id, n));
             *budget -= n;

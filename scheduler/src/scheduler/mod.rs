@@ -658,7 +658,7 @@ impl Scheduler {
             // predicted just inside its objective is a share of a miss, not a miss), by more
             // than the margin the outcomes allow.
             if self.config.slo_admission {
-                let least: f64 = candidates
+                let least = candidates
                     .iter()
                     .map(|c| overshoot(&c.1, slos))
                     .fold(f64::INFINITY, f64::min);
