@@ -44,9 +44,9 @@ const BISECTIONS: usize = 5;
 /// idle instance, so that each finds the cluster idle (the simulator skips the idle time).
 const ALONE_GAP: f64 = 600.0;
 /// How much lower than round-robin's, least-load's and cache-aware's the default policy's P99
-/// TTFT at saturation should be (issue 27), on [`TTFT_GOAL_WORKLOADS`] workloads.
+/// TTFT at saturation should be (issue 27), on `TTFT_GOAL_WORKLOADS` workloads.
 const TTFT_GAIN: f64 = 1.3;
-/// On how many workloads the [`TTFT_GAIN`] goal should hold.
+/// On how many workloads the `TTFT_GAIN` goal should hold.
 const TTFT_GOAL_WORKLOADS: usize = 5;
 /// The SLOs of Llama-3.1-8B on an H100 when no flag sets them: TTFT 1 s, TPOT 50 ms.
 const DEFAULT_SLO: Slo = Slo {
@@ -521,8 +521,8 @@ pub fn matrix(results: &[WorkloadResult]) -> String {
 
 /// Ratios of `default` to the best other policy on each workload, and whether the goals hold:
 /// highest rate at least the best other's; at saturation goodput at least 0.98x the best
-/// other's, P99 TPOT and E2E at most 1.05x; and P99 TTFT at least [`TTFT_GAIN`] lower than the
-/// best of round-robin, least-load and cache-aware (a goal for [`TTFT_GOAL_WORKLOADS`]
+/// other's, P99 TPOT and E2E at most 1.05x; and P99 TTFT at least `TTFT_GAIN` lower than the
+/// best of round-robin, least-load and cache-aware (a goal for `TTFT_GOAL_WORKLOADS`
 /// workloads, not for each), beside the gain the workload's P99 TTFT alone leaves room for.
 pub fn goals(results: &[WorkloadResult], default: &str) -> Option<String> {
     let mut out = String::from(

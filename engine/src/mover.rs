@@ -7,7 +7,7 @@
 //! The bytes travel as HTTP bodies of at most [`MAX_CHUNK_BYTES`], each with an XXH3-64 checksum
 //! the destination checks; one connection per destination is kept alive. A simulated backend
 //! sends no bytes and waits the time its [`KvLink`](crate::backend::sim::KvLink) says instead.
-//! A socket carries the bytes here; an RDMA transport (NIXL) would replace [`Peer`] alone.
+//! A socket carries the bytes here; an RDMA transport (NIXL) would replace `Peer` alone.
 
 use crate::instance::{Exported, Instance, MoveFailure, Picked, Suspend};
 use crate::migration::{KvChunk, MovedSeq, MAX_STAGES};

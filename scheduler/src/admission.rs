@@ -38,7 +38,7 @@ use crate::miss_share::MissShare;
 /// The share of finished requests inside both objectives the margin is held at. At 0.9 (the
 /// attainment at which the policy suite counts a rate as served inside the SLOs), agentic
 /// sessions on 4 simulated engines at 40 req/s let in too many: 28.07 req/s of goodput against
-/// 31.65 at 0.95 (32.62 with [`NARROW`]).
+/// 31.65 at 0.95 (32.62 with `NARROW`).
 pub const INSIDE_TARGET: f64 = 0.95;
 
 /// How much the margin widens for each finished request while enough are inside (a factor).

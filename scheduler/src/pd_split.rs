@@ -15,7 +15,7 @@
 //! The decode side is what the answers need: the answer tokens asked for a second, over what one
 //! instance decodes a second while its steps stay near the objective (the median of the last
 //! few seconds' estimates: the step-time fit behind it swings when prefill and decode steps
-//! mix). The prefill side is what the prompts' prefill work needs, at most [`PREFILL_BUSY`]
+//! mix). The prefill side is what the prompts' prefill work needs, at most `PREFILL_BUSY`
 //! busy where the decode side can spare the instances (a prefill queue grows with bursts long
 //! before the side is fully busy: Azure conversation at 220 req/s lost a tenth of its goodput
 //! to a prefill side 0.8 busy). Of the sizes, the one that evens out the two sides' utilisation

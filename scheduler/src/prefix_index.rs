@@ -2,7 +2,7 @@
 //!
 //! Exact entries come from an instance's KV events (stored / removed / cleared, numbered so that a
 //! gap is noticed and answered with a resync from a snapshot), one map entry per block.
-//! Approximate entries are the scheduler's own routing decisions, kept whole as [`placements`]
+//! Approximate entries are the scheduler's own routing decisions, kept whole as `placements`
 //! until a TTL ends, with a per-instance bound: for engines that publish no events they are all
 //! there is, and for engines that do they cover the time between a request's placement and the
 //! events of its prefill.

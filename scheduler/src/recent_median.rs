@@ -11,7 +11,7 @@ const SAMPLE_EVERY: f64 = 0.5;
 /// Samples kept.
 const SAMPLES: usize = 9;
 
-/// The last [`SAMPLES`] samples, at least [`SAMPLE_EVERY`] seconds apart.
+/// The last `SAMPLES` samples, at least `SAMPLE_EVERY` seconds apart.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RecentMedian {
     /// `(when, value)`, oldest first.
@@ -22,7 +22,7 @@ pub struct RecentMedian {
 
 impl RecentMedian {
     /// Whether a sample taken at `now` would be kept: none is more recent than
-    /// [`SAMPLE_EVERY`] (so that a costly value need not be computed otherwise).
+    /// `SAMPLE_EVERY` (so that a costly value need not be computed otherwise).
     pub fn due(&self, now: f64) -> bool {
         self.samples
             .back()

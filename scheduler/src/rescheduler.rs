@@ -31,7 +31,7 @@
 //!
 //! - **decode speed**: the slowest, at [`DECODE_SPEED_SHEDS_AT`] of the objective or past it,
 //!   hands a decoding request to the fastest with room, when that one would still decode in at
-//!   most [`DECODE_SPEED_GAP`] of the source's time after the move.
+//!   most `DECODE_SPEED_GAP` of the source's time after the move.
 //!
 //! A pair is taken only when the move leaves the destination still freer than the source after
 //! it (counted with the source's mean request), so a request never bounces back. Instances
@@ -341,7 +341,7 @@ const DECODE_SPEED_GAP: f64 = 0.8;
 /// leaning prefill) decode: the slowest instance whose time per output token (`tpot_of`: with
 /// `n` more decoding requests of `tokens` more context, `n` negative for fewer) is at least
 /// [`DECODE_SPEED_SHEDS_AT`] of the objective hands a decoding request to the fastest one with
-/// room for it, when the destination would then still decode at most [`DECODE_SPEED_GAP`] of
+/// room for it, when the destination would then still decode at most `DECODE_SPEED_GAP` of
 /// the source's time, so nothing moves back. Llumnix balances by KV freeness; with sessions
 /// that keep their instance (their history is cached there) one instance's decode batch can
 /// grow slow while its KV is far from full.

@@ -8,7 +8,7 @@
 //! step and after each request it accepts, as the real engines do on their streams; nothing else
 //! passes time, so an hour-long trace replays as fast as the cores can plan their steps. With
 //! rescheduling on, a third kind of event, a KV copy ending, moves running requests between
-//! instances ([`migration`]).
+//! instances (`migration`).
 
 mod client_max_tokens;
 mod migration;

@@ -1,6 +1,6 @@
 //! One engine instance in real time: the core on its own task, fed by commands, stepping the
 //! backend, and publishing events, status snapshots, KV events, metrics and the trace log.
-//! Its side of live migration is in [`moves`].
+//! Its side of live migration is in `moves`.
 
 mod moves;
 

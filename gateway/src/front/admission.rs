@@ -1,7 +1,7 @@
 //! Who may send what, how fast, and how many at once: API keys, token buckets per key and global
 //! (requests and tokens per minute), and a concurrency limit with a bounded wait queue. Over a
 //! rate limit: 429 with `Retry-After` and the reason; queue full: 429; queue wait timed out: 503.
-//! Nothing waits without bound. The waiting queue goes by priority, then arrival ([`crate::slots`]).
+//! Nothing waits without bound. The waiting queue goes by priority, then arrival ([`crate::front::slots`]).
 
 use crate::front::slots::{NoSlot, Slot, Slots};
 use rustc_hash::FxHashMap as HashMap;
