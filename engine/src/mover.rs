@@ -22,11 +22,7 @@ use tokio::sync::Semaphore;
 /// while it copies, so chunks are kept to about a millisecond of copying.
 pub const MAX_CHUNK_BYTES: usize = 4 << 20;
 
-/// Moves out of one instance at a time; more wait their turn. A hand-off holds its lane from
-/// the first block of its prompt computed to its first token, so a long prompt's holds one for
-/// seconds: at 2, short prompts handed off behind two long ones decoded on their prefill
-/// instance, in steps that carry its prompts (200+ ms a token).
-pub const MOVES_OUT_AT_ONCE: usize = 8;
+pub use switchyard_protocol::migration::MOVES_OUT_AT_ONCE;
 
 /// How long one call to the destination may take before the move is given up (a stalled link).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);

@@ -21,8 +21,9 @@
 //! to a prefill side 0.8 busy). Of the sizes, the one that evens out the two sides' utilisation
 //! is taken, and kept until another is clearly better.
 //!
-//! The split starts once enough finished requests miss the TPOT objective so, while both sides
-//! could carry their work, and goes on while neither is far over it. Once enough requests
+//! The split starts once enough finished requests miss the TPOT objective so, or, where most
+//! answers are short, before any does, while both sides could carry their work, and goes on
+//! while neither is far over it. Once enough requests
 //! dispatched under it have finished it is judged: where they miss far more than requests did
 //! before it (Mooncake conversation past its saturation, whose long contexts decode slowly on
 //! either side), it ends and stays off for a while. It ends too when most prompt tokens are
@@ -32,6 +33,7 @@ use crate::miss_share::MissShare;
 use crate::moving_sum::MovingSum;
 use crate::predictor::StepTimeFit;
 use crate::recent_median::RecentMedian;
+use switchyard_protocol::migration::{MAX_INCOMING, MOVES_OUT_AT_ONCE};
 
 /// Answers of at most this many tokens are short: so few gaps that one prefill chunk among
 /// them puts them over the TPOT objective.
@@ -41,6 +43,14 @@ pub const SHORT_ANSWER_TOKENS: u32 = 20;
 /// objective, or, while long prompts lean instances prefill, any answers over it (a
 /// [`MissShare`]).
 pub const SPLIT_AT_MISSES: f64 = 0.05;
+
+/// Where at least this share of finished requests are short answers, the split starts before
+/// any misses: each is one prefill chunk away from missing, so a burst of prompts on colocated
+/// instances makes them miss together, with no misses before it to start the split (Azure code
+/// at 38 req/s: 17 misses within 0.3 s of a burst 15 s in, none before), and the few decode
+/// instances they need cost the prefill side little. (Short answers are 72% of Azure code's,
+/// at most 23% of the suite's other workloads'.)
+const SPLIT_WHERE_SHORT: f64 = 0.5;
 
 /// A decode instance is sized to decode with steps at most this many times the TPOT objective
 /// (the objective bounds each request's mean, not every step).
@@ -74,6 +84,22 @@ const UNCACHED_SHARE: f64 = 0.5;
 /// (a real run of 8 engines at 7:1 had 149 of 1,020 hand-offs refused and its split judged
 /// worse; at 6:2, 20 refused and the split kept), and when it fails nothing decodes.
 const FEWEST_DECODE: usize = 2;
+
+/// The decode side takes in at once at least this share of what the prefill side hands out at
+/// once ([`MAX_INCOMING`] moves into each decode instance, [`MOVES_OUT_AT_ONCE`] out of each
+/// prefill one): a side sized for the answers' mean need takes no burst of hand-offs, and
+/// those it refuses decode among prompts on their prefill instance (Azure code at 42 req/s,
+/// 14:2: 17 hand-offs refused, 9 of its 10 TPOT misses; 13:3: none refused, no miss).
+const DECODE_SLOTS_FOR_LANES: f64 = 0.4;
+
+/// The fewest decode instances of a split of `n` instances: [`FEWEST_DECODE`], or more where
+/// the prefill side's lanes call for them ([`DECODE_SLOTS_FOR_LANES`]); one of two.
+fn fewest_decode(n: usize) -> usize {
+    let takes = |d: usize| {
+        (d * MAX_INCOMING) as f64 >= DECODE_SLOTS_FOR_LANES * ((n - d) * MOVES_OUT_AT_ONCE) as f64
+    };
+    (FEWEST_DECODE..n).find(|&d| takes(d)).unwrap_or(n - 1)
+}
 
 /// What the decode side can do, from the instances of one model now.
 #[derive(Debug, Clone, Copy)]
@@ -123,6 +149,8 @@ pub struct FullSplit {
     misses: MissShare,
     /// Moving share of finished requests that were short answers over it.
     short_misses: MissShare,
+    /// Moving share of finished requests that were short answers.
+    short_answers: MissShare,
     /// The decode side's size last chosen.
     decode_side: usize,
     /// Whether the split is on.
@@ -141,7 +169,8 @@ pub struct FullSplit {
 struct Trial {
     /// When it started: requests dispatched from then on count.
     since: f64,
-    /// The share of finished requests that missed when it started.
+    /// The share of finished requests that missed when it started (at least
+    /// [`SPLIT_AT_MISSES`]).
     before: f64,
     /// The share of those dispatched under it that missed.
     misses: MissShare,
@@ -182,6 +211,7 @@ impl FullSplit {
         self.misses.record(over_tpot);
         self.short_misses
             .record(over_tpot && answer <= SHORT_ANSWER_TOKENS);
+        self.short_answers.record(answer <= SHORT_ANSWER_TOKENS);
         if let Some(trial) = self.trial.as_mut().filter(|t| dispatched >= t.since) {
             trial.misses.record(over_tpot);
         }
@@ -227,7 +257,7 @@ impl FullSplit {
         let busiest = |prefill_busy: f64, d: usize| {
             (load / prefill_busy / (n - d) as f64).max(need / d as f64)
         };
-        let sizes = FEWEST_DECODE.min(n - 1)..n;
+        let sizes = fewest_decode(n)..n;
         let even_at = |prefill_busy: f64| {
             sizes
                 .clone()
@@ -262,9 +292,15 @@ impl FullSplit {
             self.not_before = now + WINDOWS_OFF_AFTER_WORSE * window;
         }
         let over = |share: &MissShare| share.share().is_some_and(|s| s >= SPLIT_AT_MISSES);
+        let mostly_short = self
+            .short_answers
+            .share()
+            .is_some_and(|s| s >= SPLIT_WHERE_SHORT);
         let misses = (self.on && !worse)
             || (now >= self.not_before
-                && (over(&self.short_misses) || (long_prompts_lean && over(&self.misses))));
+                && (mostly_short
+                    || over(&self.short_misses)
+                    || (long_prompts_lean && over(&self.misses))));
         let busy_at_most = match self.on {
             true => BUSY_TO_GO_ON,
             false => BUSY_TO_START,
@@ -273,9 +309,11 @@ impl FullSplit {
         let on = misses && uncached >= UNCACHED_SHARE && carries;
         match (self.on, on) {
             (false, true) => {
+                // A split started before anything missed is judged against the share that
+                // would start one.
                 self.trial = Some(Trial {
                     since: now,
-                    before: self.misses.share().unwrap_or(0.0),
+                    before: self.misses.share().unwrap_or(0.0).max(SPLIT_AT_MISSES),
                     misses: MissShare::default(),
                     judged: false,
                 })
@@ -342,10 +380,12 @@ mod tests {
         }
     }
 
-    /// `n` finished requests dispatched at `dispatched`, one in `every` over the objective.
+    /// `n` finished requests dispatched at `dispatched`, one in `every` a short answer over the
+    /// objective, the others longer answers inside it.
     fn finished(split: &mut FullSplit, n: usize, every: usize, dispatched: f64) {
         for i in 0..n {
-            split.on_finished(5, i % every == 0, dispatched);
+            let missed = i % every == 0;
+            split.on_finished(if missed { 5 } else { 100 }, missed, dispatched);
         }
     }
 
@@ -377,21 +417,52 @@ mod tests {
     }
 
     #[test]
-    fn however_few_tokens_the_answers_need_two_instances_decode() {
+    fn however_few_tokens_the_answers_need_the_decode_side_takes_the_hand_offs() {
+        let fit = StepTimeFit::new(DEFAULT_PRIOR);
+        // 2 instances of prefill work a second, answers of 5 tokens: a few hundredths of a
+        // decode instance. Of 16 instances 3 decode (2 would take 32 hand-offs in at once, 14
+        // prefill instances hand out 112), of 8 two, of 2 one.
+        for (instances, prefill) in [(16, 13), (8, 6), (2, 1)] {
+            let c = Cluster {
+                instances,
+                ..cluster(&fit)
+            };
+            let mut split = FullSplit::default();
+            prompts_asking(&mut split, 0.05 * instances as f64 / 16.0, 1000.0, 5.0);
+            finished(&mut split, 100, 10, 0.0);
+            let sides = split.review(Some(&c), 0.025, false, 10.0, 20.0);
+            assert_eq!(sides, Some(prefill), "{instances}");
+        }
+    }
+
+    #[test]
+    fn where_most_answers_are_short_the_split_starts_before_any_misses() {
         let fit = StepTimeFit::new(DEFAULT_PRIOR);
         let c = cluster(&fit);
+        let short_answers = |split: &mut FullSplit, n: usize, short_every: usize, t: f64| {
+            for i in 0..n {
+                let answer = if i % short_every == 0 { 5 } else { 100 };
+                split.on_finished(answer, false, t);
+            }
+        };
+        // One answer in three short, none over the objective: colocated.
         let mut split = FullSplit::default();
-        // 2 instances of prefill work a second, answers of 5 tokens: a few hundredths of a
-        // decode instance.
+        prompts_asking(&mut split, 0.05, 1000.0, 30.0);
+        short_answers(&mut split, 100, 3, 0.0);
+        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), None);
+        // All short: split.
+        let mut split = FullSplit::default();
         prompts_asking(&mut split, 0.05, 1000.0, 5.0);
-        finished(&mut split, 100, 10, 0.0);
-        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), Some(14));
-        // Two instances split one and one.
-        let pair = Cluster { instances: 2, ..c };
-        let mut split = FullSplit::default();
-        prompts_asking(&mut split, 0.01, 1000.0, 5.0);
-        finished(&mut split, 100, 10, 0.0);
-        assert_eq!(split.review(Some(&pair), 0.025, false, 10.0, 20.0), Some(1));
+        short_answers(&mut split, 100, 1, 0.0);
+        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), Some(13));
+        // Judged against the share of misses that would have started it (5%): one in twenty of
+        // those served under it missing keeps it...
+        let mut kept = split.clone();
+        finished(&mut kept, 100, 20, 10.0);
+        assert!(kept.review(Some(&c), 0.025, false, 12.0, 20.0).is_some());
+        // ...one in five ends it.
+        finished(&mut split, 100, 5, 10.0);
+        assert_eq!(split.review(Some(&c), 0.025, false, 12.0, 20.0), None);
     }
 
     #[test]
@@ -466,7 +537,6 @@ mod tests {
         fresh.on = false;
         fresh.trial = None;
         assert_eq!(fresh.review(Some(&c), 0.025, false, 10.0, 20.0), None);
-        // (At 13:3 still: 14:2 is not clearly better.)
         assert_eq!(more.review(Some(&c), 0.025, false, 10.0, 20.0), Some(13));
         while more.prefill_seconds.rate(10.0, 20.0) < 1.3 * 14.0 {
             more.on_prompt(0.1, 1000.0, 1000.0, 0.0, 10.0, 20.0);
@@ -508,17 +578,17 @@ mod tests {
         prompts(&mut split, 0.05, 1000.0);
         finished(&mut split, 100, 1, 0.0);
         assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), Some(13));
-        // More prefill work: 2 decode would even the sides out a little better than 3, but not
+        // More answer tokens: 4 decode would even the sides out a little better than 3, but not
         // by 10%.
-        let need = split.answer_tokens.rate(10.0, 20.0) / c.decode_rate_each(0.025);
-        let busiest = |load: f64, d: f64| (load / PREFILL_BUSY / (16.0 - d)).max(need / d);
-        while busiest(split.prefill_seconds.rate(10.0, 20.0), 2.0)
-            >= busiest(split.prefill_seconds.rate(10.0, 20.0), 3.0)
-        {
-            split.on_prompt(0.01, 1000.0, 1000.0, 0.0, 10.0, 20.0);
+        let rate = c.decode_rate_each(0.025);
+        let busiest = |s: &FullSplit, d: f64| {
+            let need = s.answer_tokens.rate(10.0, 20.0) / rate;
+            (s.prefill_seconds.rate(10.0, 20.0) / PREFILL_BUSY / (16.0 - d)).max(need / d)
+        };
+        while busiest(&split, 4.0) >= busiest(&split, 3.0) {
+            split.on_prompt(0.0, 1000.0, 1000.0, 10.0, 10.0, 20.0);
         }
-        let load = split.prefill_seconds.rate(10.0, 20.0);
-        assert!(busiest(load, 3.0) < busiest(load, 2.0) * SIZE_HYSTERESIS);
+        assert!(busiest(&split, 3.0) < busiest(&split, 4.0) * SIZE_HYSTERESIS);
         assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), Some(13));
         // Far more answer tokens: the decode side grows.
         for i in 0..400 {

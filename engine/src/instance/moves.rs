@@ -22,12 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 /// before it gives them up (the source or the gateway went away mid-move).
 pub const INCOMING_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Most moves coming into one instance at a time, each counted from its reservation (a
-/// hand-off's as its prompt starts computing) until its last copy is committed; more are
-/// refused (`too_many_moves`). A request that arrived decodes here already, waiting only for its
-/// stream, and no longer counts. At 4, and counted until the stream came, one decode engine
-/// behind seven prefill engines refused 40% of a real run's hand-offs (Azure code at 17 req/s).
-pub const MAX_INCOMING: usize = 16;
+pub use switchyard_protocol::migration::MAX_INCOMING;
 
 /// A request picked to move out.
 #[derive(Debug, Clone)]
