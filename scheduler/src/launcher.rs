@@ -194,8 +194,8 @@ pub struct PdFlags {
     /// handed after their first token to the others, which run every other prompt whole (with
     /// a TPOT SLO, only once 5% of finished requests miss it colocated); with a TPOT SLO, once
     /// 5% of finished requests are short answers over it (or any answers, while long prompts
-    /// lean), every prompt is (the full split, both sides sized to their work, ended for a while
-    /// if it makes more miss); unless --no-rescheduling, decodes left on an instance that
+    /// lean), or half of them are short answers, every prompt is (the full split, both sides
+    /// sized to their work, ended for a while if it makes more miss); unless --no-rescheduling, decodes left on an instance that
     /// turns to prefill move to one that leans decode. Unset, neutral instances serve
     /// colocated.
     #[arg(long, env = "SWITCHYARD_PD", value_parser = ["adaptive"])]
