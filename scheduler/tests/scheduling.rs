@@ -1203,7 +1203,8 @@ fn adaptive_pd_computes_a_long_prompt_whole_where_the_prefill_side_would_miss_it
 }
 
 #[test]
-fn adaptive_pd_hands_every_prompt_over_once_short_answers_miss_the_tpot_objective() {
+fn adaptive_pd_hands_every_prompt_over_where_short_answers_miss_the_tpot_objective_or_most_answers_are_short(
+) {
     use switchyard_protocol::schedule::Observed;
     use switchyard_scheduler::adaptive_pd::AdaptivePd;
     let slos = Slos {
@@ -1214,14 +1215,14 @@ fn adaptive_pd_hands_every_prompt_over_once_short_answers_miss_the_tpot_objectiv
         adaptive_pd: Some(AdaptivePd::default()),
         ..predictive(slos)
     };
-    // 600-token prompts sharing nothing, asking for 5 tokens, 20 a second; each finishes with
-    // the TPOT `tpot_ms` (one prefill chunk between its tokens: 40 ms).
-    let run = |s: &mut Scheduler, tpot_ms: f64| {
+    // 600-token prompts sharing nothing, asking for `answer` tokens, 20 a second; each finishes
+    // with the TPOT `tpot_ms` (one prefill chunk between its tokens of a short answer: 40 ms).
+    let run = |s: &mut Scheduler, tpot_ms: f64, answer: u32| {
         for i in 0..100u32 {
             let id = format!("r{i}");
             let prompt: Vec<u32> = (0..600).map(|t| i * 1000 + t).collect();
             let mut req = request(&id, &prompt);
-            req.max_tokens = 5;
+            req.max_tokens = answer;
             let placed = s.schedule(&req, f64::from(i) * 0.05).unwrap().decision;
             if i <= 50 {
                 assert_eq!(placed.decode, None, "colocated until 50 have finished");
@@ -1230,7 +1231,7 @@ fn adaptive_pd_hands_every_prompt_over_once_short_answers_miss_the_tpot_objectiv
                 ttft_ms: Some(50.0),
                 tpot_ms: Some(tpot_ms),
                 hand_off: None,
-                output_tokens: Some(5),
+                output_tokens: Some(answer),
             };
             s.finish(&id, &observed);
         }
@@ -1244,14 +1245,19 @@ fn adaptive_pd_hands_every_prompt_over_once_short_answers_miss_the_tpot_objectiv
     // The short answers missed: the next prompt is computed on a prefill-leaning instance and
     // handed over.
     let mut missed = cluster_with(config(slos), 4);
-    run(&mut missed, 40.0);
+    run(&mut missed, 40.0, 5);
     let placed = next(&mut missed);
     let decode = placed.decode.expect("handed over");
     assert_ne!(decode.instance_id, placed.instance_id);
-    // They met it: colocated still.
+    // Longer answers met it: colocated still.
     let mut met = cluster_with(config(slos), 4);
-    run(&mut met, 10.0);
+    run(&mut met, 10.0, 100);
     assert_eq!(next(&mut met).decode, None);
+    // Short answers that met it are handed over too: they would miss together at the first
+    // burst of prompts.
+    let mut short = cluster_with(config(slos), 4);
+    run(&mut short, 10.0, 5);
+    assert!(next(&mut short).decode.is_some());
     // Without a TPOT objective there is nothing to miss.
     let mut no_tpot = cluster_with(
         config(Slos {
@@ -1260,7 +1266,7 @@ fn adaptive_pd_hands_every_prompt_over_once_short_answers_miss_the_tpot_objectiv
         }),
         4,
     );
-    run(&mut no_tpot, 40.0);
+    run(&mut no_tpot, 40.0, 5);
     assert_eq!(next(&mut no_tpot).decode, None);
 }
 
