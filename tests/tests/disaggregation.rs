@@ -247,3 +247,71 @@ async fn an_adaptive_serve_hands_long_prompts_over_and_answers_every_request() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_hand_off_to_a_decode_engine_that_takes_in_no_more_moves_waits_for_a_slot() {
+    use switchyard_engine::backend::sim::ModelShape;
+    use switchyard_protocol::migration::MAX_INCOMING;
+    // A prefill and a decode engine (simulated, real time, the default link), a scheduler and
+    // a gateway.
+    let prefill = Process::engine(1, &["--sim-time-scale", "1", "--role", "prefill"]).await;
+    let decode = Process::engine(1, &["--sim-time-scale", "1", "--role", "decode"]).await;
+    let instances = format!("{},{}", prefill.url(0), decode.url(0));
+    let scheduler = Process::scheduler(&["--instances", &instances]).await;
+    let gateway = Process::gateway(&["--scheduler", &scheduler.url(0)]).await;
+    switchyard_tests::until_schedulable(&reqwest::Client::new(), &scheduler.url(0), 2).await;
+    until_completing(&gateway.url(0)).await;
+    // Every slot of the decode engine taken by a reservation (as copies in flight hold them).
+    let client = reqwest::Client::new();
+    let reservations = format!("{}/internal/migrations", decode.url(0));
+    let kv_block_bytes = ModelShape::preset("qwen3-0.6b")
+        .unwrap()
+        .kv_bytes_per_token()
+        * 16;
+    let mut tickets = Vec::new();
+    for i in 0..MAX_INCOMING {
+        let reserved: Value = client
+            .post(&reservations)
+            .json(
+                &json!({"request_id": format!("held-{i}"), "model": "qwen3-0.6b",
+                "block_size": 16, "kv_block_bytes": kv_block_bytes, "tokens": 16}),
+            )
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        tickets.push(reserved["ticket"].as_str().expect("a ticket").to_string());
+    }
+    let full = client
+        .post(&reservations)
+        .json(
+            &json!({"request_id": "one-more", "model": "qwen3-0.6b", "block_size": 16,
+            "kv_block_bytes": kv_block_bytes, "tokens": 16}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        full.status(),
+        503,
+        "the decode engine takes in no more moves"
+    );
+    // A slot frees 300 ms after the request starts: its hand-off, which asked meanwhile, takes it.
+    let free = format!("{reservations}/{}", tickets[0]);
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        reqwest::Client::new().delete(free).send().await.unwrap();
+    });
+    let request = json!({"prompt": "Wait for a slot", "max_tokens": 300, "ignore_eos": true,
+        "temperature": 0, "stream": true});
+    let (text, _, done) = streamed(&gateway.url(0), "/v1/completions", &request).await;
+    assert!(done && !text.is_empty(), "{text}");
+    let metrics = metrics_text(&client, &gateway.url(0)).await;
+    let migrated = metric_value(
+        &metrics,
+        "request_stream_continuation_total{model=\"qwen3-0.6b\",outcome=\"migrated\"}",
+    );
+    assert_eq!(migrated, 1.0, "handed over, not decoded on: {metrics}");
+}

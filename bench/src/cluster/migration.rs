@@ -133,8 +133,7 @@ impl Cluster {
         if self.is_moving(from, seq) {
             return false;
         }
-        let incoming = self.moves.values().filter(|m| m.to == to).count();
-        let reserved = (incoming < MAX_INCOMING)
+        let reserved = (!self.takes_no_more_moves(to))
             .then(|| self.nodes[to].core.reserve(tokens + 1))
             .flatten();
         let Some(reservation) = reserved else {
@@ -346,9 +345,20 @@ impl Cluster {
     }
 
     /// Whether node `n` may start another move out: an engine moves at most
-    /// [`MOVES_OUT_AT_ONCE`] requests at a time, and the others wait their turn.
+    /// [`MOVES_OUT_AT_ONCE`] requests at a time (a hand-off waiting for a slot on its decode
+    /// node holds one), and the others wait their turn.
     pub(super) fn has_free_lane(&self, n: usize) -> bool {
-        self.nodes[n].moving_out < MOVES_OUT_AT_ONCE
+        let waiting = self
+            .handoffs
+            .iter()
+            .filter(|(&(node, _), pending)| node == n && pending.busy_since.is_some())
+            .count();
+        self.nodes[n].moving_out + waiting < MOVES_OUT_AT_ONCE
+    }
+
+    /// Whether node `to` takes in [`MAX_INCOMING`] moves already, as an engine refuses more.
+    pub(super) fn takes_no_more_moves(&self, to: usize) -> bool {
+        self.moves.values().filter(|m| m.to == to).count() >= MAX_INCOMING
     }
 
     /// Whether sequence `seq` of node `from` is being moved.
