@@ -113,18 +113,14 @@ async fn a_disaggregated_serve_answers_as_a_colocated_one_does() {
 /// A prefill and a decode engine process (simulated, real time; the prefill engine's link is
 /// slow: a hand-off of a short prompt takes about a second), a scheduler and a gateway.
 async fn pd_processes() -> (Process, Process, Process, Process) {
-    let prefill = Process::engine(
-        1,
-        &[
-            "--sim-time-scale",
-            "1",
-            "--role",
-            "prefill",
-            "--kv-transfer-gbps",
-            "0.005",
-        ],
-    )
-    .await;
+    pd_processes_linked(&["--kv-transfer-gbps", "0.005"]).await
+}
+
+/// [`pd_processes`], the prefill engine started with `link` flags.
+async fn pd_processes_linked(link: &[&str]) -> (Process, Process, Process, Process) {
+    let mut prefill_args = vec!["--sim-time-scale", "1", "--role", "prefill"];
+    prefill_args.extend_from_slice(link);
+    let prefill = Process::engine(1, &prefill_args).await;
     let decode = Process::engine(1, &["--sim-time-scale", "1", "--role", "decode"]).await;
     let instances = format!("{},{}", prefill.url(0), decode.url(0));
     let scheduler = Process::scheduler(&["--instances", &instances]).await;
@@ -252,31 +248,19 @@ async fn an_adaptive_serve_hands_long_prompts_over_and_answers_every_request() {
 async fn a_hand_off_to_a_decode_engine_that_takes_in_no_more_moves_waits_for_a_slot() {
     use switchyard_engine::backend::sim::ModelShape;
     use switchyard_protocol::migration::MAX_INCOMING;
-    // A prefill and a decode engine (simulated, real time, the default link), a scheduler and
-    // a gateway.
-    let prefill = Process::engine(1, &["--sim-time-scale", "1", "--role", "prefill"]).await;
-    let decode = Process::engine(1, &["--sim-time-scale", "1", "--role", "decode"]).await;
-    let instances = format!("{},{}", prefill.url(0), decode.url(0));
-    let scheduler = Process::scheduler(&["--instances", &instances]).await;
-    let gateway = Process::gateway(&["--scheduler", &scheduler.url(0)]).await;
-    switchyard_tests::until_schedulable(&reqwest::Client::new(), &scheduler.url(0), 2).await;
-    until_completing(&gateway.url(0)).await;
+    let (_prefill, decode, _scheduler, gateway) = pd_processes_linked(&[]).await;
     // Every slot of the decode engine taken by a reservation (as copies in flight hold them).
     let client = reqwest::Client::new();
     let reservations = format!("{}/internal/migrations", decode.url(0));
-    let kv_block_bytes = ModelShape::preset("qwen3-0.6b")
-        .unwrap()
-        .kv_bytes_per_token()
-        * 16;
+    let shape = ModelShape::preset("qwen3-0.6b").unwrap();
+    let reserve = |id: String| {
+        let body = json!({"request_id": id, "model": "qwen3-0.6b", "block_size": 16,
+            "kv_block_bytes": shape.kv_bytes_per_token() * 16, "tokens": 16});
+        client.post(&reservations).json(&body).send()
+    };
     let mut tickets = Vec::new();
     for i in 0..MAX_INCOMING {
-        let reserved: Value = client
-            .post(&reservations)
-            .json(
-                &json!({"request_id": format!("held-{i}"), "model": "qwen3-0.6b",
-                "block_size": 16, "kv_block_bytes": kv_block_bytes, "tokens": 16}),
-            )
-            .send()
+        let reserved: Value = reserve(format!("held-{i}"))
             .await
             .unwrap()
             .json()
@@ -284,20 +268,8 @@ async fn a_hand_off_to_a_decode_engine_that_takes_in_no_more_moves_waits_for_a_s
             .unwrap();
         tickets.push(reserved["ticket"].as_str().expect("a ticket").to_string());
     }
-    let full = client
-        .post(&reservations)
-        .json(
-            &json!({"request_id": "one-more", "model": "qwen3-0.6b", "block_size": 16,
-            "kv_block_bytes": kv_block_bytes, "tokens": 16}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        full.status(),
-        503,
-        "the decode engine takes in no more moves"
-    );
+    let full = reserve("one-more".into()).await.unwrap();
+    assert_eq!(full.status(), 503, "it takes in no more moves");
     // A slot frees 300 ms after the request starts: its hand-off, which asked meanwhile, takes it.
     let free = format!("{reservations}/{}", tickets[0]);
     tokio::spawn(async move {
