@@ -33,7 +33,7 @@ pub const HAND_OFF_WAIT: Duration = Duration::from_secs(60);
 /// How often a hand-off looks again at a request that waits, or whose next chunk is not computed.
 const HAND_OFF_POLL: Duration = Duration::from_millis(2);
 
-/// How long a hand-off asks again, every [`SLOT_POLL`], for a slot on a destination that takes
+/// How long a hand-off asks again, every 5 ms, for a slot on a destination that takes
 /// in no more moves now ([`switchyard_protocol::migration::MAX_INCOMING`]): one frees as soon as
 /// one of its copies commits, and the request goes on here meanwhile. Given up at once, it
 /// decodes among this engine's prompts (a real run of 8 engines, Azure code at 17 req/s:
