@@ -44,12 +44,12 @@ pub const SHORT_ANSWER_TOKENS: u32 = 20;
 /// [`MissShare`]).
 pub const SPLIT_AT_MISSES: f64 = 0.05;
 
-/// Where at least this share of finished requests are short answers, the split starts before
-/// any misses: each is one prefill chunk away from missing, so a burst of prompts on colocated
-/// instances makes them miss together, with no misses before it to start the split (Azure code
-/// at 38 req/s: 17 misses within 0.3 s of a burst 15 s in, none before), and the few decode
-/// instances they need cost the prefill side little. (Short answers are 72% of Azure code's,
-/// at most 23% of the suite's other workloads'.)
+/// Where at least this share of finished requests are short answers (of two tokens or more),
+/// the split starts before any misses: each is one prefill chunk away from missing, so a burst
+/// of prompts on colocated instances makes them miss together, with no misses before it to
+/// start the split (Azure code at 38 req/s: 17 misses within 0.3 s of a burst 15 s in, none
+/// before), and the few decode instances they need cost the prefill side little. (Short
+/// answers are 72% of Azure code's, at most 23% of the suite's other workloads'.)
 const SPLIT_WHERE_SHORT: f64 = 0.5;
 
 /// A decode instance is sized to decode with steps at most this many times the TPOT objective
@@ -149,7 +149,8 @@ pub struct FullSplit {
     misses: MissShare,
     /// Moving share of finished requests that were short answers over it.
     short_misses: MissShare,
-    /// Moving share of finished requests that were short answers.
+    /// Moving share of finished requests that were short answers of two tokens or more (one
+    /// token has no time per output token to protect).
     short_answers: MissShare,
     /// The decode side's size last chosen.
     decode_side: usize,
@@ -211,7 +212,8 @@ impl FullSplit {
         self.misses.record(over_tpot);
         self.short_misses
             .record(over_tpot && answer <= SHORT_ANSWER_TOKENS);
-        self.short_answers.record(answer <= SHORT_ANSWER_TOKENS);
+        self.short_answers
+            .record((2..=SHORT_ANSWER_TOKENS).contains(&answer));
         if let Some(trial) = self.trial.as_mut().filter(|t| dispatched >= t.since) {
             trial.misses.record(over_tpot);
         }
@@ -450,6 +452,13 @@ mod tests {
         prompts_asking(&mut split, 0.05, 1000.0, 30.0);
         short_answers(&mut split, 100, 3, 0.0);
         assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), None);
+        // Answers of one token, with no time per output token to protect: colocated.
+        let mut single = FullSplit::default();
+        prompts_asking(&mut single, 0.05, 1000.0, 1.0);
+        for _ in 0..100 {
+            single.on_finished(1, false, 0.0);
+        }
+        assert_eq!(single.review(Some(&c), 0.025, false, 10.0, 20.0), None);
         // All short: split.
         let mut split = FullSplit::default();
         prompts_asking(&mut split, 0.05, 1000.0, 5.0);
