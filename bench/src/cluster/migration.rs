@@ -348,12 +348,7 @@ impl Cluster {
     /// [`MOVES_OUT_AT_ONCE`] requests at a time (a hand-off waiting for a slot on its decode
     /// node holds one), and the others wait their turn.
     pub(super) fn has_free_lane(&self, n: usize) -> bool {
-        let waiting = self
-            .handoffs
-            .iter()
-            .filter(|(&(node, _), pending)| node == n && pending.busy_since.is_some())
-            .count();
-        self.nodes[n].moving_out + waiting < MOVES_OUT_AT_ONCE
+        self.nodes[n].moving_out + self.nodes[n].waiting_for_slot < MOVES_OUT_AT_ONCE
     }
 
     /// Whether node `to` takes in [`MAX_INCOMING`] moves already, as an engine refuses more.

@@ -112,6 +112,8 @@ struct Node {
     link_free: f64,
     /// Moves out under way.
     moving_out: usize,
+    /// Hand-offs out of it waiting for a slot on their decode node (each holds a lane).
+    waiting_for_slot: usize,
     requests: HashMap<SeqId, usize>,
 }
 
@@ -302,6 +304,7 @@ impl Cluster {
                 running: None,
                 link_free: 0.0,
                 moving_out: 0,
+                waiting_for_slot: 0,
                 requests: HashMap::new(),
             });
         }
@@ -597,8 +600,11 @@ impl Cluster {
                 // Only an instance sends it, never a core's step.
                 SeqEvent::Moved(..) => {}
                 SeqEvent::Finished(finished) => {
-                    if self.handoffs.remove(&(n, finished.seq)).is_some() {
-                        // Its hand-off never got a lane: it finished where it was.
+                    if let Some(pending) = self.handoffs.remove(&(n, finished.seq)) {
+                        // Its hand-off never got a lane, or a slot: it finished where it was.
+                        if pending.busy_since.is_some() {
+                            self.nodes[n].waiting_for_slot -= 1;
+                        }
                         *self.migration.abandoned.entry("finished").or_default() += 1;
                     }
                     let Some(i) = self.nodes[n].requests.remove(&finished.seq) else {
@@ -659,12 +665,21 @@ impl Cluster {
             }
             if self.takes_no_more_moves(to) {
                 let pending = self.handoffs.get_mut(&(n, seq)).expect("pending hand-off");
-                let since = *pending.busy_since.get_or_insert(now);
-                if now - since < HAND_OFF_SLOT_WAIT.as_secs_f64() {
+                if pending.busy_since.is_none() {
+                    pending.busy_since = Some(now);
+                    self.nodes[n].waiting_for_slot += 1;
+                }
+                if now - pending.busy_since.unwrap_or(now) < HAND_OFF_SLOT_WAIT.as_secs_f64() {
                     continue;
                 }
             }
-            self.handoffs.remove(&(n, seq));
+            if self
+                .handoffs
+                .remove(&(n, seq))
+                .is_some_and(|p| p.busy_since.is_some())
+            {
+                self.nodes[n].waiting_for_slot -= 1;
+            }
             self.start_move(n, to, seq, computed, "pd_handoff", true, now);
         }
     }
