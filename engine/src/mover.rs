@@ -11,6 +11,7 @@
 
 use crate::instance::{Exported, Instance, MoveFailure, Picked, Suspend};
 use crate::migration::{KvChunk, MovedSeq, MAX_STAGES};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use switchyard_protocol::migration::*;
@@ -186,6 +187,7 @@ async fn try_move(
                 true => HAND_OFF_SLOT_WAIT,
                 false => Duration::ZERO,
             },
+            || instance.still_leaving(p.seq),
         )
         .await?;
     let mut sent = Sent::default();
@@ -345,11 +347,13 @@ impl Peer<'_> {
     }
 
     /// Reserves room for `ask`; where the destination only takes in no more moves now, asks
-    /// again for up to `wait_for_slot`.
-    async fn reserve(
+    /// again for up to `wait_for_slot`, while `still_wanted` says the request still leaves
+    /// (else a request that ended here meanwhile would keep asking).
+    async fn reserve<W: Future<Output = bool>>(
         &self,
         ask: &ReserveRequest,
         wait_for_slot: Duration,
+        still_wanted: impl Fn() -> W,
     ) -> Result<String, MoveFailure> {
         let since = Instant::now();
         let response = loop {
@@ -360,6 +364,12 @@ impl Peer<'_> {
                     if code == "too_many_moves" && since.elapsed() < wait_for_slot =>
                 {
                     tokio::time::sleep(SLOT_POLL).await;
+                    if !still_wanted().await {
+                        return Err(MoveFailure::new(
+                            "finished",
+                            "it ended while waiting for room at the destination",
+                        ));
+                    }
                 }
                 Err((_, failure)) => return Err(failure),
             }
@@ -436,4 +446,67 @@ async fn answered_or_code(
         format!("the destination answered {status}: {message}"),
     );
     Err((code, failure))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use switchyard_protocol::openai::ApiError;
+
+    /// A destination that takes in no more moves, counting how often it is asked.
+    async fn full_destination(asks: Arc<AtomicUsize>) -> String {
+        let app = axum::Router::new().route(
+            INCOMING_MIGRATIONS_PATH,
+            axum::routing::post(move || {
+                asks.fetch_add(1, Ordering::SeqCst);
+                let refused = ApiError::unavailable("16 moves are on their way in")
+                    .with_code("too_many_moves");
+                async move {
+                    (
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        axum::Json(refused.body),
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        base
+    }
+
+    fn ask() -> ReserveRequest {
+        ReserveRequest {
+            request_id: "r".into(),
+            model: "m".into(),
+            block_size: 16,
+            kv_block_bytes: 1024,
+            tokens: 16,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hand_off_waiting_for_a_slot_stops_asking_once_its_request_ended() {
+        let asks = Arc::new(AtomicUsize::new(0));
+        let base = full_destination(asks.clone()).await;
+        let client = reqwest::Client::new();
+        let peer = Peer {
+            client: &client,
+            base: &base,
+            key: None,
+        };
+        // The request goes on here through two more asks, then ends.
+        let looks = AtomicUsize::new(0);
+        let still_wanted = || async { looks.fetch_add(1, Ordering::SeqCst) < 2 };
+        let refused = peer.reserve(&ask(), HAND_OFF_SLOT_WAIT, still_wanted).await;
+        assert_eq!(refused.unwrap_err().reason, "finished");
+        assert_eq!(asks.load(Ordering::SeqCst), 3);
+        // A move that does not wait asks once, and is refused for want of room.
+        let refused = peer
+            .reserve(&ask(), Duration::ZERO, || async { true })
+            .await;
+        assert_eq!(refused.unwrap_err().reason, "no_room");
+        assert_eq!(asks.load(Ordering::SeqCst), 4);
+    }
 }

@@ -118,6 +118,10 @@ pub(super) enum MoveCommand {
     GiveUp {
         seq: SeqId,
     },
+    Leaving {
+        seq: SeqId,
+        reply: oneshot::Sender<bool>,
+    },
     Reserve {
         ask: ReserveRequest,
         reply: oneshot::Sender<Result<String, ApiError>>,
@@ -304,6 +308,13 @@ impl Instance {
             .send(Command::Move(MoveCommand::GiveUp { seq }));
     }
 
+    /// Whether `seq` is still being moved out: it has neither ended nor been given up.
+    pub async fn still_leaving(&self, seq: SeqId) -> bool {
+        self.ask(|reply| MoveCommand::Leaving { seq, reply })
+            .await
+            .unwrap_or(false)
+    }
+
     /// Holds room for a request on its way in; the ticket names the reservation.
     pub async fn reserve_move(&self, ask: ReserveRequest) -> Result<String, ApiError> {
         self.ask(|reply| MoveCommand::Reserve { ask, reply })
@@ -392,6 +403,9 @@ impl Driver {
             MoveCommand::GiveUp { seq } => {
                 self.moves.outgoing.remove(&seq);
                 self.dirty |= self.core.resume(seq);
+            }
+            MoveCommand::Leaving { seq, reply } => {
+                let _ = reply.send(self.moves.outgoing.contains_key(&seq));
             }
             MoveCommand::Reserve { ask, reply } => {
                 let answer = self.reserve(ask);
