@@ -250,7 +250,7 @@ async fn copy_and_commit(
     let mut from = 0;
     loop {
         let suspend = match hand_off {
-            true => Suspend::AtFirstToken,
+            true => Suspend::AtFirstToken { copied },
             false => Suspend::IfRestWithin {
                 copied,
                 force: sent.stages + 1 >= MAX_STAGES,

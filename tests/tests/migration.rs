@@ -75,9 +75,9 @@ async fn open_streams(
     streams
 }
 
-/// Streams `request` through the gateway as `id`; once `after` events arrived, asks its engine
-/// to move it to `destination` (the other engine when `None`). The text of the whole stream and
-/// the migration's answer.
+/// Streams `request` through the gateway as `id`; once 20 events arrived, asks its engine
+/// to move it to `destination` (the other engine when `None`), as a prefill/decode `hand_off`
+/// or not. The text of the whole stream and the migration's answer.
 async fn stream_moving(
     gateway: &Process,
     engines: &[Process],
@@ -85,6 +85,7 @@ async fn stream_moving(
     request: &Value,
     id: &str,
     destination: Option<&str>,
+    hand_off: bool,
 ) -> (String, Value) {
     let client = reqwest::Client::new();
     let response = client
@@ -104,7 +105,7 @@ async fn stream_moving(
     let destination = destination.map_or_else(|| engines[other].url(0), str::to_string);
     let moved: Value = client
         .post(format!("{}/v1/migrations", engines[source].url(0)))
-        .json(&json!({"destination": destination, "request_id": id}))
+        .json(&json!({"destination": destination, "request_id": id, "hand_off": hand_off}))
         .send()
         .await
         .unwrap()
@@ -141,8 +142,16 @@ async fn a_request_moved_mid_stream_streams_what_an_unmoved_one_does() {
     ] {
         let unmoved = read_stream(&stream_whole(&gateway, "/v1/completions", &request).await);
         let id = format!("moved-{}", request["seed"]);
-        let (text, answer) =
-            stream_moving(&gateway, &engines, "/v1/completions", &request, &id, None).await;
+        let (text, answer) = stream_moving(
+            &gateway,
+            &engines,
+            "/v1/completions",
+            &request,
+            &id,
+            None,
+            false,
+        )
+        .await;
         assert_eq!(answer["failed"], json!([]), "{answer}");
         let moved = &answer["migrated"][0];
         assert_eq!(moved["request_id"], id.as_str(), "{answer}");
@@ -195,6 +204,36 @@ async fn a_request_moved_mid_stream_streams_what_an_unmoved_one_does() {
 }
 
 #[tokio::test]
+async fn a_hand_off_asked_for_after_the_first_token_copies_while_the_request_decodes() {
+    // Prompts computed 16 tokens a step: the request's context is past a step's prompt
+    // tokens and a block by the time it is handed off.
+    let mut args = CPU.to_vec();
+    args.extend(["--max-num-batched-tokens", "16"]);
+    let (engines, _scheduler, gateway) = cluster(&args).await;
+    let request = json!({"prompt": "Hand this over late, after its first tokens.",
+        "max_tokens": 300, "ignore_eos": true, "temperature": 0, "stream": true});
+    let unmoved = read_stream(&stream_whole(&gateway, "/v1/completions", &request).await);
+    let (text, answer) = stream_moving(
+        &gateway,
+        &engines,
+        "/v1/completions",
+        &request,
+        "handed-late",
+        None,
+        true,
+    )
+    .await;
+    let moved = &answer["migrated"][0];
+    assert_eq!(moved["request_id"], "handed-late", "{answer}");
+    // A first stage copied while it decoded on; the last, small one after it was suspended
+    // (suspended at once, it would have waited for the copy of its whole context).
+    assert!(moved["stages"].as_u64().unwrap() >= 2, "{answer}");
+    let streamed = read_stream(&text);
+    assert!(streamed.done, "{text}");
+    assert_eq!(streamed.text, unmoved.text);
+}
+
+#[tokio::test]
 async fn a_moved_chat_stream_and_a_moved_simulated_request_lose_nothing() {
     let (engines, _scheduler, gateway) = cluster(&["--sim-time-scale", "1"]).await;
     let request = json!({"messages": [{"role": "user", "content": "Tell me a story."}],
@@ -208,6 +247,7 @@ async fn a_moved_chat_stream_and_a_moved_simulated_request_lose_nothing() {
         &request,
         "chat-moved",
         None,
+        false,
     )
     .await;
     assert_eq!(
@@ -244,6 +284,7 @@ async fn a_move_that_cannot_happen_leaves_the_request_whole_where_it_was() {
         &request,
         "stays",
         Some(&nowhere),
+        false,
     )
     .await;
     assert_eq!(answer["migrated"], json!([]), "{answer}");
@@ -665,6 +706,7 @@ async fn a_model_directory_moves_as_exactly_as_the_built_in_model() {
         &request,
         "dir-moved",
         None,
+        false,
     )
     .await;
     assert_eq!(answer["migrated"][0]["request_id"], "dir-moved", "{answer}");

@@ -232,8 +232,10 @@ impl Cluster {
     }
 
     /// Node `n`'s step ended at `now`: a request being handed off that got its first token is
-    /// suspended (it decodes no further here), and hand-offs that caught up with what was
-    /// computed go on.
+    /// suspended (it decodes no further here) once at most a step's prompt tokens and a block
+    /// of its KV are left to copy, as an engine's hand-off does (one whose slot came only
+    /// after its first token copies on while it decodes), and hand-offs that caught up with
+    /// what was computed go on.
     pub(super) fn advance_hand_offs(&mut self, n: usize, now: f64) {
         let ids: Vec<u64> = self
             .moves
@@ -245,7 +247,11 @@ impl Cluster {
             let m = self.moves.get_mut(&id).expect("live move");
             let core = &mut self.nodes[n].core;
             let first_token = core.batcher().get(m.seq).is_some_and(|s| s.is_decoding());
-            if first_token && m.suspended_at.is_none() && core.suspend(m.seq, now) {
+            let left = core.config().max_num_batched_tokens + self.block_size;
+            let rest_small = core
+                .computed_tokens(m.seq)
+                .is_some_and(|computed| computed.saturating_sub(m.copied) <= left);
+            if first_token && rest_small && m.suspended_at.is_none() && core.suspend(m.seq, now) {
                 m.suspended_at = Some(now);
             }
             if m.stage == Stage::Caught {

@@ -50,8 +50,15 @@ pub enum Suspend {
     },
     /// Now (the rest of the last stage; it is suspended already).
     Yes,
-    /// When it has its first token (a prefill/decode hand-off).
-    AtFirstToken,
+    /// When it has its first token (a prefill/decode hand-off), and at most a step's prompt
+    /// tokens and a block of its KV are left beyond `copied`: a hand-off that got its
+    /// destination's slot only after the first token (or whose copies fell behind the prompt
+    /// on a slow link) copies on while the request decodes here, as a live migration does,
+    /// rather than pausing it for the copy of its whole context.
+    AtFirstToken {
+        /// Tokens the earlier stages copied.
+        copied: usize,
+    },
 }
 
 /// One export of a move's KV.
@@ -524,8 +531,10 @@ impl Driver {
                 force || computed.saturating_sub(copied) <= block_size
             }
             Suspend::Yes => true,
-            Suspend::AtFirstToken => {
-                computed >= self.core.batcher().get(seq).map_or(0, |s| s.prompt_len)
+            Suspend::AtFirstToken { copied } => {
+                let prompt = self.core.batcher().get(seq).map_or(0, |s| s.prompt_len);
+                let step = self.core.config().max_num_batched_tokens;
+                computed >= prompt && computed.saturating_sub(copied) <= step + block_size
             }
         };
         if suspend_now && self.core.suspend(seq, unix_now()) {
