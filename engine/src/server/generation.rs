@@ -422,8 +422,12 @@ fn hand_off(instance: &Arc<Instance>, request_id: &str, destination: String) {
     tokio::spawn(async move {
         let answer = crate::mover::migrate(&instance, &ask).await;
         for failed in &answer.failed {
+            let here = match failed.reason.as_str() {
+                "finished" => "it ended here",
+                _ => "it goes on here",
+            };
             tracing::info!(
-                "{}: the hand-off of {} to {} failed ({}); it goes on here",
+                "{}: the hand-off of {} to {} failed ({}); {here}",
                 instance.info.name,
                 ask.request_id.as_deref().unwrap_or_default(),
                 ask.destination,
