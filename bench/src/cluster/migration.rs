@@ -74,6 +74,10 @@ pub(super) struct Move {
     /// A prefill/decode hand-off: the prompt's KV is copied as it is computed, and the request
     /// is suspended at its first token (not after a few stages).
     hand_off: bool,
+    /// A hand-off whose request had its first token, and more than a step's prompt tokens and
+    /// a block of KV, before the copy began (its slot came late): it copies while the request
+    /// decodes on, and suspends it only for the rest, as an engine's hand-off does.
+    late: bool,
     /// When a hand-off's request was suspended, at its first token.
     suspended_at: Option<f64>,
     reservation: Reservation,
@@ -140,6 +144,10 @@ impl Cluster {
             *self.migration.abandoned.entry("no_room").or_default() += 1;
             return false;
         };
+        let core = &self.nodes[from].core;
+        let late = hand_off
+            && core.batcher().get(seq).is_some_and(|s| s.is_decoding())
+            && tokens > core.config().max_num_batched_tokens + self.block_size;
         let id = self.next_move;
         self.next_move += 1;
         self.nodes[from].moving_out += 1;
@@ -151,6 +159,7 @@ impl Cluster {
                 to,
                 label,
                 hand_off,
+                late,
                 suspended_at: None,
                 reservation,
                 copied: 0,
@@ -232,10 +241,8 @@ impl Cluster {
     }
 
     /// Node `n`'s step ended at `now`: a request being handed off that got its first token is
-    /// suspended (it decodes no further here) once at most a step's prompt tokens and a block
-    /// of its KV are left to copy, as an engine's hand-off does (one whose slot came only
-    /// after its first token copies on while it decodes), and hand-offs that caught up with
-    /// what was computed go on.
+    /// suspended (it decodes no further here; a late one once its first stage is copied), and
+    /// hand-offs that caught up with what was computed go on.
     pub(super) fn advance_hand_offs(&mut self, n: usize, now: f64) {
         let ids: Vec<u64> = self
             .moves
@@ -247,11 +254,8 @@ impl Cluster {
             let m = self.moves.get_mut(&id).expect("live move");
             let core = &mut self.nodes[n].core;
             let first_token = core.batcher().get(m.seq).is_some_and(|s| s.is_decoding());
-            let left = core.config().max_num_batched_tokens + self.block_size;
-            let rest_small = core
-                .computed_tokens(m.seq)
-                .is_some_and(|computed| computed.saturating_sub(m.copied) <= left);
-            if first_token && rest_small && m.suspended_at.is_none() && core.suspend(m.seq, now) {
+            let due = first_token && (!m.late || m.copied > 0);
+            if due && m.suspended_at.is_none() && core.suspend(m.seq, now) {
                 m.suspended_at = Some(now);
             }
             if m.stage == Stage::Caught {

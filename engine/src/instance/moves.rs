@@ -50,11 +50,11 @@ pub enum Suspend {
     },
     /// Now (the rest of the last stage; it is suspended already).
     Yes,
-    /// When it has its first token (a prefill/decode hand-off), and at most a step's prompt
-    /// tokens and a block of its KV are left beyond `copied`: a hand-off that got its
-    /// destination's slot only after the first token (or whose copies fell behind the prompt
-    /// on a slow link) copies on while the request decodes here, as a live migration does,
-    /// rather than pausing it for the copy of its whole context.
+    /// When it has its first token (a prefill/decode hand-off), unless this is the first stage
+    /// (nothing `copied` yet) and more than a step's prompt tokens and a block are computed: a
+    /// hand-off that got its destination's slot only after the first token copies that much
+    /// while the request decodes on, as a live migration does, rather than pausing it for the
+    /// copy of its whole context.
     AtFirstToken {
         /// Tokens the earlier stages copied.
         copied: usize,
@@ -534,7 +534,7 @@ impl Driver {
             Suspend::AtFirstToken { copied } => {
                 let prompt = self.core.batcher().get(seq).map_or(0, |s| s.prompt_len);
                 let step = self.core.config().max_num_batched_tokens;
-                computed >= prompt && computed.saturating_sub(copied) <= step + block_size
+                computed >= prompt && (copied > 0 || computed <= step + block_size)
             }
         };
         if suspend_now && self.core.suspend(seq, unix_now()) {
