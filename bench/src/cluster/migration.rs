@@ -1,8 +1,11 @@
-//! Live migration in the simulated cluster: the scheduler's rescheduler decides every round
-//! which instance hands a running request to which, and each move runs Llumnix's stages on the
-//! engine cores, timed by a [`KvLink`](switchyard_engine::backend::sim::KvLink): copy what is computed while the source keeps decoding,
-//! again for what was added meanwhile, until the rest is at most a block; then suspend at the
-//! source's next step end, copy the rest, and take it in at the destination.
+//! Live migration in the simulated cluster, and the prefill/decode hand-offs that ride on it.
+//! Every round the scheduler's rescheduler decides which instance hands a running request to
+//! which, and each move runs Llumnix's stages on the engine cores, timed by a
+//! [`KvLink`](switchyard_engine::backend::sim::KvLink): copy what is computed while the source
+//! keeps decoding, again for what was added meanwhile, until the rest is at most a block; then
+//! suspend at the source's next step end, copy the rest, and take it in at the destination. A
+//! hand-off copies its prompt's KV as it is computed and suspends the request at its first
+//! token, as far as the source's lanes and the destination's slots allow, as an engine does.
 
 use super::{Cluster, Happening};
 use std::collections::{BTreeMap, HashSet};
@@ -11,7 +14,7 @@ use switchyard_engine::batching::SeqId;
 use switchyard_engine::core::EngineCore;
 use switchyard_engine::instance::MAX_INCOMING;
 use switchyard_engine::migration::{Reservation, MAX_STAGES};
-use switchyard_engine::mover::MOVES_OUT_AT_ONCE;
+use switchyard_engine::mover::{HAND_OFF_SLOT_WAIT, MOVES_OUT_AT_ONCE};
 use switchyard_scheduler::rescheduler::ReschedulerConfig;
 
 /// Live migration's settings in a simulated cluster.
@@ -374,6 +377,60 @@ impl Cluster {
     fn node_index(&self, id: &str) -> Option<usize> {
         self.nodes.iter().position(|n| n.id == id)
     }
+}
+
+impl Cluster {
+    /// Node `n`'s step ended at `now`: requests to hand off whose prompt computation began
+    /// there start copying their KV to their decode node, block by block as it is computed,
+    /// as far as the node's lanes allow (the others run on here meanwhile). One whose decode
+    /// node takes in no more moves waits for a slot, holding its lane, up to
+    /// [`HAND_OFF_SLOT_WAIT`] as an engine does; one whose decode node has no room finishes here.
+    pub(super) fn start_hand_offs(&mut self, n: usize, now: f64) {
+        let mut ready: Vec<(u64, SeqId, usize, usize)> = self
+            .handoffs
+            .iter()
+            .filter(|((node, _), _)| *node == n)
+            .filter_map(|(&(_, seq), pending)| {
+                let s = self.nodes[n].core.batcher().get(seq)?;
+                let computed = self.nodes[n].core.computed_tokens(seq)?;
+                (computed > 0).then_some((s.arrival_order, seq, pending.to, computed))
+            })
+            .collect();
+        ready.sort_unstable();
+        for (_, seq, to, computed) in ready {
+            let pending = self.handoffs[&(n, seq)];
+            if pending.busy_since.is_none() && !self.has_free_lane(n) {
+                continue;
+            }
+            if self.takes_no_more_moves(to) {
+                let pending = self.handoffs.get_mut(&(n, seq)).expect("pending hand-off");
+                if pending.busy_since.is_none() {
+                    pending.busy_since = Some(now);
+                    self.nodes[n].waiting_for_slot += 1;
+                }
+                if now - pending.busy_since.unwrap_or(now) < HAND_OFF_SLOT_WAIT.as_secs_f64() {
+                    continue;
+                }
+            }
+            if self
+                .handoffs
+                .remove(&(n, seq))
+                .is_some_and(|p| p.busy_since.is_some())
+            {
+                self.nodes[n].waiting_for_slot -= 1;
+            }
+            self.start_move(n, to, seq, computed, "pd_handoff", true, now);
+        }
+    }
+}
+
+/// A request to hand to decode node `to` once its prompt starts computing.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PendingHandOff {
+    pub(super) to: usize,
+    /// Since when `to` has taken in no more moves, while it waits for a slot (holding one of
+    /// its node's lanes).
+    pub(super) busy_since: Option<f64>,
 }
 
 /// Tokens of sequence `seq` of `core` computed so far, while the `copied` ones sent before still

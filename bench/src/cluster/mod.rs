@@ -14,6 +14,7 @@ mod client_max_tokens;
 mod migration;
 
 pub use client_max_tokens::ClientMaxTokens;
+use migration::PendingHandOff;
 pub use migration::{MigrationTally, Rescheduling};
 
 use crate::stats::{Outcome, Slo};
@@ -28,7 +29,6 @@ use switchyard_engine::backend::sim::{
 use switchyard_engine::backend::{Backend, ModelOutput};
 use switchyard_engine::batching::SeqId;
 use switchyard_engine::core::{AddError, CoreConfig, EngineCore, NewSeq, SeqEvent, StepPlan};
-use switchyard_engine::mover::HAND_OFF_SLOT_WAIT;
 use switchyard_engine::sampling::{SamplingParams, StopParams};
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::hashing::block_hashes;
@@ -638,60 +638,6 @@ impl Cluster {
         self.start_step(n, now);
         judged
     }
-}
-
-impl Cluster {
-    /// Node `n`'s step ended at `now`: requests to hand off whose prompt computation began
-    /// there start copying their KV to their decode node, block by block as it is computed,
-    /// as far as the node's lanes allow (the others run on here meanwhile). One whose decode
-    /// node takes in no more moves waits for a slot, holding its lane, up to
-    /// [`HAND_OFF_SLOT_WAIT`] as an engine does; one whose decode node has no room finishes here.
-    fn start_hand_offs(&mut self, n: usize, now: f64) {
-        let mut ready: Vec<(u64, SeqId, usize, usize)> = self
-            .handoffs
-            .iter()
-            .filter(|((node, _), _)| *node == n)
-            .filter_map(|(&(_, seq), pending)| {
-                let s = self.nodes[n].core.batcher().get(seq)?;
-                let computed = self.nodes[n].core.computed_tokens(seq)?;
-                (computed > 0).then_some((s.arrival_order, seq, pending.to, computed))
-            })
-            .collect();
-        ready.sort_unstable();
-        for (_, seq, to, computed) in ready {
-            let pending = self.handoffs[&(n, seq)];
-            if pending.busy_since.is_none() && !self.has_free_lane(n) {
-                continue;
-            }
-            if self.takes_no_more_moves(to) {
-                let pending = self.handoffs.get_mut(&(n, seq)).expect("pending hand-off");
-                if pending.busy_since.is_none() {
-                    pending.busy_since = Some(now);
-                    self.nodes[n].waiting_for_slot += 1;
-                }
-                if now - pending.busy_since.unwrap_or(now) < HAND_OFF_SLOT_WAIT.as_secs_f64() {
-                    continue;
-                }
-            }
-            if self
-                .handoffs
-                .remove(&(n, seq))
-                .is_some_and(|p| p.busy_since.is_some())
-            {
-                self.nodes[n].waiting_for_slot -= 1;
-            }
-            self.start_move(n, to, seq, computed, "pd_handoff", true, now);
-        }
-    }
-}
-
-/// A request to hand to decode node `to` once its prompt starts computing.
-#[derive(Debug, Clone, Copy)]
-struct PendingHandOff {
-    to: usize,
-    /// Since when `to` has taken in no more moves, while it waits for a slot (holding one of
-    /// its node's lanes).
-    busy_since: Option<f64>,
 }
 
 /// What a run counts as it goes.
