@@ -193,11 +193,10 @@ pub struct PdFlags {
     /// computed on instances that lean prefill, as many as their prefill work keeps busy, and
     /// handed after their first token to the others, which run every other prompt whole (with
     /// a TPOT SLO, only once 5% of finished requests miss it colocated); with a TPOT SLO, once
-    /// 5% of finished requests are short answers over it (or any answers, while long prompts
-    /// lean), or half of them are short answers, every prompt is (the full split, both sides
-    /// sized to their work, ended for a while if it makes more miss); unless --no-rescheduling, decodes left on an instance that
-    /// turns to prefill move to one that leans decode. Unset, neutral instances serve
-    /// colocated.
+    /// 5% of finished requests miss it, or half of them are short answers, every prompt is (the
+    /// full split, both sides sized to their work, ended for a while if it makes more miss);
+    /// unless --no-rescheduling, decodes left on an instance that turns to prefill move to one
+    /// that leans decode. Unset, neutral instances serve colocated.
     #[arg(long, env = "SWITCHYARD_PD", value_parser = ["adaptive"])]
     pub pd: Option<String>,
     /// Prompts with at least this many tokens to compute beyond the prefix a decode-leaning

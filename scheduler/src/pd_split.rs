@@ -7,10 +7,10 @@
 //! there: one prefill chunk between two tokens of a 5-token answer is a TPOT miss by itself
 //! (Azure code), and on the long-context mix, once its long prompts lean instances prefill, the
 //! prompts under 16k tokens still put 7% of its answers over 25 ms. Where those misses are
-//! common only separating every prompt from the decodes helps. Misses of longer answers start
-//! the split only where long prompts lean already: elsewhere (Azure conversation) they come
-//! with bursts that a split sized for the average load serves worse than colocated instances
-//! (at 220 req/s over 60 s, 135.51 against 174.49).
+//! common only separating every prompt from the decodes helps, whatever the answers' length
+//! and whether or not any prompt is long: on Azure conversation, with no long prompts, a split
+//! started by its misses serves 161.86 / 181.14 / 188.23 req/s at 180 / 200 / 220 req/s over
+//! 60 s, against 160.06 / 176.73 / 174.49 colocated.
 //!
 //! The decode side is what the answers need: the answer tokens asked for a second, over what one
 //! instance decodes a second while its steps stay near the objective (the median of the last
@@ -21,7 +21,7 @@
 //! to a prefill side 0.8 busy). Of the sizes, the one that evens out the two sides' utilisation
 //! is taken, and kept until another is clearly better.
 //!
-//! The split starts once enough finished requests miss the TPOT objective so, or, where most
+//! The split starts once enough finished requests miss the TPOT objective, or, where most
 //! answers are short, before any does, while both sides could carry their work, and goes on
 //! while neither is far over it. Once enough requests
 //! dispatched under it have finished it is judged: where they miss far more than requests did
@@ -39,8 +39,7 @@ use switchyard_protocol::migration::{MAX_INCOMING, MOVES_OUT_AT_ONCE};
 /// them puts them over the TPOT objective.
 pub const SHORT_ANSWER_TOKENS: u32 = 20;
 
-/// The split starts once this share of finished requests are short answers over the TPOT
-/// objective, or, while long prompts lean instances prefill, any answers over it (a
+/// The split starts once this share of finished requests are over the TPOT objective (a
 /// [`MissShare`]).
 pub const SPLIT_AT_MISSES: f64 = 0.05;
 
@@ -147,8 +146,6 @@ pub struct FullSplit {
     prompt_tokens: MovingSum,
     /// Moving share of finished requests over the TPOT objective.
     misses: MissShare,
-    /// Moving share of finished requests that were short answers over it.
-    short_misses: MissShare,
     /// Moving share of finished requests that were short answers of two tokens or more (one
     /// token has no time per output token to protect).
     short_answers: MissShare,
@@ -210,8 +207,6 @@ impl FullSplit {
     /// whose TPOT was over the objective or not.
     pub fn on_finished(&mut self, answer: u32, over_tpot: bool, dispatched: f64) {
         self.misses.record(over_tpot);
-        self.short_misses
-            .record(over_tpot && answer <= SHORT_ANSWER_TOKENS);
         self.short_answers
             .record((2..=SHORT_ANSWER_TOKENS).contains(&answer));
         if let Some(trial) = self.trial.as_mut().filter(|t| dispatched >= t.since) {
@@ -230,13 +225,12 @@ impl FullSplit {
     }
 
     /// Decides at `now` whether the split is on for `cluster` (none when the model's instances
-    /// cannot say what they can do yet) under the TPOT objective `tpot`, where long prompts lean
-    /// instances prefill or not, and how many instances lean prefill if it is.
+    /// cannot say what they can do yet) under the TPOT objective `tpot`, and how many instances
+    /// lean prefill if it is.
     pub fn review(
         &mut self,
         cluster: Option<&Cluster>,
         tpot: f64,
-        long_prompts_lean: bool,
         now: f64,
         window: f64,
     ) -> Option<usize> {
@@ -298,11 +292,8 @@ impl FullSplit {
             .short_answers
             .share()
             .is_some_and(|s| s >= SPLIT_WHERE_SHORT);
-        let misses = (self.on && !worse)
-            || (now >= self.not_before
-                && (mostly_short
-                    || over(&self.short_misses)
-                    || (long_prompts_lean && over(&self.misses))));
+        let misses =
+            (self.on && !worse) || (now >= self.not_before && (mostly_short || over(&self.misses)));
         let busy_at_most = match self.on {
             true => BUSY_TO_GO_ON,
             false => BUSY_TO_START,
@@ -400,22 +391,22 @@ mod tests {
         // 2 instances of prefill work a second.
         let mut split = FullSplit::default();
         prompts(&mut split, 0.05, 1000.0);
-        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), None);
+        assert_eq!(split.review(Some(&c), 0.025, 10.0, 20.0), None);
         // Answers inside the objective: nothing to cure.
         finished(&mut split, 100, usize::MAX, 0.0);
-        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), None);
+        assert_eq!(split.review(Some(&c), 0.025, 10.0, 20.0), None);
         // One in ten finished requests a short answer over it: split, with the sides evened out,
         // the prefill work counted at 0.8 of the prefill side: 3 decode (need 0.54 of an
         // instance: 0.18 each), 13 prefill (2 / 0.8 / 13 = 0.19 each; bare, 4 and 12 would even
         // them).
         finished(&mut split, 100, 10, 0.0);
-        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), Some(13));
+        assert_eq!(split.review(Some(&c), 0.025, 10.0, 20.0), Some(13));
         assert!(split.is_on());
         // It goes on once the misses are gone (the split itself cured them).
         finished(&mut split, 1000, usize::MAX, 10.0);
-        assert_eq!(split.review(Some(&c), 0.025, false, 12.0, 20.0), Some(13));
+        assert_eq!(split.review(Some(&c), 0.025, 12.0, 20.0), Some(13));
         // Without instances to split, it is off.
-        assert_eq!(split.review(None, 0.025, false, 12.0, 20.0), None);
+        assert_eq!(split.review(None, 0.025, 12.0, 20.0), None);
     }
 
     #[test]
@@ -432,7 +423,7 @@ mod tests {
             let mut split = FullSplit::default();
             prompts_asking(&mut split, 0.05 * instances as f64 / 16.0, 1000.0, 5.0);
             finished(&mut split, 100, 10, 0.0);
-            let sides = split.review(Some(&c), 0.025, false, 10.0, 20.0);
+            let sides = split.review(Some(&c), 0.025, 10.0, 20.0);
             assert_eq!(sides, Some(prefill), "{instances}");
         }
     }
@@ -451,43 +442,46 @@ mod tests {
         let mut split = FullSplit::default();
         prompts_asking(&mut split, 0.05, 1000.0, 30.0);
         short_answers(&mut split, 100, 3, 0.0);
-        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), None);
+        assert_eq!(split.review(Some(&c), 0.025, 10.0, 20.0), None);
         // Answers of one token, with no time per output token to protect: colocated.
         let mut single = FullSplit::default();
         prompts_asking(&mut single, 0.05, 1000.0, 1.0);
         for _ in 0..100 {
             single.on_finished(1, false, 0.0);
         }
-        assert_eq!(single.review(Some(&c), 0.025, false, 10.0, 20.0), None);
+        assert_eq!(single.review(Some(&c), 0.025, 10.0, 20.0), None);
         // All short: split.
         let mut split = FullSplit::default();
         prompts_asking(&mut split, 0.05, 1000.0, 5.0);
         short_answers(&mut split, 100, 1, 0.0);
-        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), Some(13));
+        assert_eq!(split.review(Some(&c), 0.025, 10.0, 20.0), Some(13));
         // Judged against the share of misses that would have started it (5%): one in twenty of
         // those served under it missing keeps it...
         let mut kept = split.clone();
         finished(&mut kept, 100, 20, 10.0);
-        assert!(kept.review(Some(&c), 0.025, false, 12.0, 20.0).is_some());
+        assert!(kept.review(Some(&c), 0.025, 12.0, 20.0).is_some());
         // ...one in five ends it.
         finished(&mut split, 100, 5, 10.0);
-        assert_eq!(split.review(Some(&c), 0.025, false, 12.0, 20.0), None);
+        assert_eq!(split.review(Some(&c), 0.025, 12.0, 20.0), None);
     }
 
     #[test]
-    fn longer_answers_missing_start_the_split_only_where_long_prompts_already_lean() {
+    fn longer_answers_missing_start_the_split_too() {
         let fit = StepTimeFit::new(DEFAULT_PRIOR);
         let c = cluster(&fit);
         let mut split = FullSplit::default();
         prompts(&mut split, 0.05, 1000.0);
-        // One in ten finished requests, answers of 300 tokens, over the objective: with no long
-        // prompt leaning prefill, serving colocated goes on (Azure conversation's bursts).
+        // One in twenty-five finished requests, answers of 300 tokens, over the objective:
+        // colocated goes on.
+        for i in 0..100 {
+            split.on_finished(300, i % 25 == 0, 0.0);
+        }
+        assert_eq!(split.review(Some(&c), 0.025, 10.0, 20.0), None);
+        // One in ten: every prompt is handed over, no prompt being long (Azure conversation).
         for i in 0..100 {
             split.on_finished(300, i % 10 == 0, 0.0);
         }
-        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), None);
-        // Where long prompts lean already and answers still miss, every prompt is handed over.
-        assert_eq!(split.review(Some(&c), 0.025, true, 10.0, 20.0), Some(13));
+        assert_eq!(split.review(Some(&c), 0.025, 10.0, 20.0), Some(13));
     }
 
     #[test]
@@ -499,7 +493,7 @@ mod tests {
         // side busy no size carries both; bare, 11 prefill and 5 decode do.
         prompts_asking(&mut split, 0.26, 1000.0, 800.0);
         finished(&mut split, 100, 10, 0.0);
-        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), Some(11));
+        assert_eq!(split.review(Some(&c), 0.025, 10.0, 20.0), Some(11));
     }
 
     #[test]
@@ -511,21 +505,21 @@ mod tests {
         let mut heavy = FullSplit::default();
         prompts(&mut heavy, 0.4, 1000.0);
         misses(&mut heavy);
-        assert_eq!(heavy.review(Some(&c), 0.025, false, 10.0, 20.0), None);
+        assert_eq!(heavy.review(Some(&c), 0.025, 10.0, 20.0), None);
         // Mostly cached prompts.
         let mut cached = FullSplit::default();
         prompts(&mut cached, 0.05, 300.0);
         misses(&mut cached);
-        assert_eq!(cached.review(Some(&c), 0.025, false, 10.0, 20.0), None);
+        assert_eq!(cached.review(Some(&c), 0.025, 10.0, 20.0), None);
         // The same prompts uncached: on; then the prompts turn cached: off.
         let mut split = FullSplit::default();
         prompts(&mut split, 0.05, 1000.0);
         misses(&mut split);
-        assert!(split.review(Some(&c), 0.025, false, 10.0, 20.0).is_some());
+        assert!(split.review(Some(&c), 0.025, 10.0, 20.0).is_some());
         for i in 0..2000 {
             split.on_prompt(0.01, 100.0, 1000.0, 100.0, 10.0 + i as f64 * 0.025, 20.0);
         }
-        assert_eq!(split.review(Some(&c), 0.025, false, 60.0, 20.0), None);
+        assert_eq!(split.review(Some(&c), 0.025, 60.0, 20.0), None);
     }
 
     #[test]
@@ -535,7 +529,7 @@ mod tests {
         let mut split = FullSplit::default();
         prompts(&mut split, 0.05, 1000.0);
         finished(&mut split, 100, 10, 0.0);
-        assert!(split.review(Some(&c), 0.025, false, 10.0, 20.0).is_some());
+        assert!(split.review(Some(&c), 0.025, 10.0, 20.0).is_some());
         // Far more prompts: 1.1 times what 14 prefill instances carry, the most there can be,
         // where it would not start, but it goes on; at 1.3 times it ends.
         let mut more = split.clone();
@@ -545,12 +539,12 @@ mod tests {
         let mut fresh = more.clone();
         fresh.on = false;
         fresh.trial = None;
-        assert_eq!(fresh.review(Some(&c), 0.025, false, 10.0, 20.0), None);
-        assert_eq!(more.review(Some(&c), 0.025, false, 10.0, 20.0), Some(13));
+        assert_eq!(fresh.review(Some(&c), 0.025, 10.0, 20.0), None);
+        assert_eq!(more.review(Some(&c), 0.025, 10.0, 20.0), Some(13));
         while more.prefill_seconds.rate(10.0, 20.0) < 1.3 * 14.0 {
             more.on_prompt(0.1, 1000.0, 1000.0, 0.0, 10.0, 20.0);
         }
-        assert_eq!(more.review(Some(&c), 0.025, false, 10.0, 20.0), None);
+        assert_eq!(more.review(Some(&c), 0.025, 10.0, 20.0), None);
     }
 
     #[test]
@@ -561,22 +555,22 @@ mod tests {
         prompts(&mut split, 0.05, 1000.0);
         // One in ten missed before it.
         finished(&mut split, 500, 10, 0.0);
-        assert!(split.review(Some(&c), 0.025, false, 10.0, 20.0).is_some());
+        assert!(split.review(Some(&c), 0.025, 10.0, 20.0).is_some());
         // Those dispatched before it finish missing: they do not judge it.
         finished(&mut split, 500, 1, 5.0);
-        assert!(split.review(Some(&c), 0.025, false, 11.0, 20.0).is_some());
+        assert!(split.review(Some(&c), 0.025, 11.0, 20.0).is_some());
         // Of those dispatched under it, one in four misses: over twice as many, so it ends...
         finished(&mut split, 100, 4, 10.0);
-        assert_eq!(split.review(Some(&c), 0.025, false, 12.0, 20.0), None);
+        assert_eq!(split.review(Some(&c), 0.025, 12.0, 20.0), None);
         // ...and does not start again for five windows, however many miss meanwhile.
         finished(&mut split, 500, 1, 12.0);
-        assert_eq!(split.review(Some(&c), 0.025, false, 100.0, 20.0), None);
-        assert!(split.review(Some(&c), 0.025, false, 112.0, 20.0).is_some());
+        assert_eq!(split.review(Some(&c), 0.025, 100.0, 20.0), None);
+        assert!(split.review(Some(&c), 0.025, 112.0, 20.0).is_some());
         // Judged once: a burst of misses later under it does not end it.
         finished(&mut split, 100, 1, 112.0);
-        assert!(split.review(Some(&c), 0.025, false, 113.0, 20.0).is_some());
+        assert!(split.review(Some(&c), 0.025, 113.0, 20.0).is_some());
         finished(&mut split, 500, 1, 113.0);
-        assert!(split.review(Some(&c), 0.025, false, 114.0, 20.0).is_some());
+        assert!(split.review(Some(&c), 0.025, 114.0, 20.0).is_some());
     }
 
     #[test]
@@ -586,7 +580,7 @@ mod tests {
         let mut split = FullSplit::default();
         prompts(&mut split, 0.05, 1000.0);
         finished(&mut split, 100, 1, 0.0);
-        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), Some(13));
+        assert_eq!(split.review(Some(&c), 0.025, 10.0, 20.0), Some(13));
         // More answer tokens: 4 decode would even the sides out a little better than 3, but not
         // by 10%.
         let rate = c.decode_rate_each(0.025);
@@ -598,12 +592,12 @@ mod tests {
             split.on_prompt(0.0, 1000.0, 1000.0, 10.0, 10.0, 20.0);
         }
         assert!(busiest(&split, 3.0) < busiest(&split, 4.0) * SIZE_HYSTERESIS);
-        assert_eq!(split.review(Some(&c), 0.025, false, 10.0, 20.0), Some(13));
+        assert_eq!(split.review(Some(&c), 0.025, 10.0, 20.0), Some(13));
         // Far more answer tokens: the decode side grows.
         for i in 0..400 {
             split.on_prompt(0.05, 1000.0, 1000.0, 2000.0, 10.0 + i as f64 * 0.025, 20.0);
         }
-        let prefill = split.review(Some(&c), 0.025, false, 20.0, 20.0).unwrap();
+        let prefill = split.review(Some(&c), 0.025, 20.0, 20.0).unwrap();
         assert!(prefill < 13, "{prefill}");
     }
 }

@@ -103,14 +103,9 @@ impl Scheduler {
             let staleness = self.config.staleness;
             let cluster = split_cluster(&self.cms, &self.fits, &req.model, now, staleness);
             let leaning = self.leaning.entry(req.model.clone()).or_default();
-            let long_prompts_lean = leaning.disaggregates() && !leaning.splits_fully();
-            leaning.full.review(
-                cluster.as_ref(),
-                tpot,
-                long_prompts_lean,
-                now,
-                adaptive.window,
-            )
+            leaning
+                .full
+                .review(cluster.as_ref(), tpot, now, adaptive.window)
         });
         let leaning = self.leaning.entry(req.model.clone()).or_default();
         leaning.set_split(split);
