@@ -315,6 +315,8 @@ async fn nothing_a_client_sends_adds_metric_series() {
 #[tokio::test]
 async fn the_admin_endpoints_need_the_admin_key() {
     let serve = serve(&["--admin-key", "sk-admin"]).await;
+    // Its engine joins the scheduler a moment after serve answers.
+    switchyard_tests::until_completing(&serve.url(0)).await;
     let client = reqwest::Client::new();
     let instances = |base: String, key: Option<&'static str>| {
         let mut request = client.get(format!("{base}/v1/instances"));
