@@ -24,6 +24,14 @@ use switchyard_protocol::migration::MoveFirst;
 /// more than a block was computed during the stage before.
 pub const MAX_STAGES: u32 = 8;
 
+/// Whether a hand-off that finds its request past its first token before anything is copied
+/// (its slot or its turn came late) copies a first stage while the request decodes on, as a
+/// live migration does: when the `computed` tokens of KV are more than a step's prompt tokens
+/// (`step_tokens`) and a block, which is all a hand-off on time has left at the first token.
+pub fn late_hand_off_copies_first(computed: usize, step_tokens: usize, block_size: usize) -> bool {
+    computed > step_tokens + block_size
+}
+
 /// A sequence in transit: what travels with its KV blocks.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MovedSeq {

@@ -13,7 +13,7 @@ use switchyard_engine::backend::Backend;
 use switchyard_engine::batching::SeqId;
 use switchyard_engine::core::EngineCore;
 use switchyard_engine::instance::MAX_INCOMING;
-use switchyard_engine::migration::{Reservation, MAX_STAGES};
+use switchyard_engine::migration::{late_hand_off_copies_first, Reservation, MAX_STAGES};
 use switchyard_engine::mover::{HAND_OFF_SLOT_WAIT, MOVES_OUT_AT_ONCE};
 use switchyard_scheduler::rescheduler::ReschedulerConfig;
 
@@ -150,7 +150,11 @@ impl Cluster {
         let core = &self.nodes[from].core;
         let late = hand_off
             && core.batcher().get(seq).is_some_and(|s| s.is_decoding())
-            && tokens > core.config().max_num_batched_tokens + self.block_size;
+            && late_hand_off_copies_first(
+                tokens,
+                core.config().max_num_batched_tokens,
+                self.block_size,
+            );
         let id = self.next_move;
         self.next_move += 1;
         self.nodes[from].moving_out += 1;

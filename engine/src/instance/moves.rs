@@ -10,7 +10,7 @@ use super::{Command, Driver, Instance};
 use crate::backend::KvMoveError;
 use crate::batching::SeqId;
 use crate::core::SeqEvent;
-use crate::migration::{KvChunk, MovedSeq, Reservation};
+use crate::migration::{late_hand_off_copies_first, KvChunk, MovedSeq, Reservation};
 use rustc_hash::FxHashMap;
 use std::time::Duration;
 use switchyard_protocol::clock::unix_now;
@@ -534,7 +534,8 @@ impl Driver {
             Suspend::AtFirstToken { copied } => {
                 let prompt = self.core.batcher().get(seq).map_or(0, |s| s.prompt_len);
                 let step = self.core.config().max_num_batched_tokens;
-                computed >= prompt && (copied > 0 || computed <= step + block_size)
+                computed >= prompt
+                    && (copied > 0 || !late_hand_off_copies_first(computed, step, block_size))
             }
         };
         if suspend_now && self.core.suspend(seq, unix_now()) {
