@@ -475,6 +475,13 @@ async fn bad_input_gets_openai_errors() {
             400,
             "top_logprobs",
         ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}],
+                   "tools": [{"type": "function", "function": {"name": "f"}}]}),
+            400,
+            "tool_choice",
+        ),
     ];
     for (path, body, status, param) in cases {
         let (got, err) = e.post(path, body.clone()).await;

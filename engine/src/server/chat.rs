@@ -23,6 +23,7 @@ pub async fn chat_completions(
     OpenAiJson(req): OpenAiJson<ChatCompletionRequest>,
 ) -> Result<Response, HttpError> {
     let model = check_model(&instance, req.model.as_deref())?;
+    check_tool_choice(&req)?;
     let tok = instance.tokenizer.clone();
     let checked = check_chat(
         &req,
@@ -163,5 +164,103 @@ impl ResponseShape {
                 }
             })
             .collect()
+    }
+}
+
+/// Refuses what this engine cannot do with `tools`, as vLLM does without a tool-call parser: it
+/// has no parser to turn the model's text into `tool_calls` and no guided decoding to force a
+/// call, so only `tool_choice: "none"` goes with them (the tools still reach the chat template,
+/// as vLLM's default). Tools without a `tool_choice` ask for `"auto"`, as in the OpenAI API.
+fn check_tool_choice(req: &ChatCompletionRequest) -> Result<(), ApiError> {
+    let has_tools = req
+        .tools
+        .as_ref()
+        .is_some_and(|t| !t.is_null() && t.as_array().is_none_or(|a| !a.is_empty()));
+    let choice = match &req.tool_choice {
+        None | Some(serde_json::Value::Null) if has_tools => "auto",
+        None | Some(serde_json::Value::Null) => return Ok(()),
+        Some(serde_json::Value::String(s)) if s == "none" => return Ok(()),
+        Some(serde_json::Value::String(s)) if s == "auto" || s == "required" => s.as_str(),
+        Some(serde_json::Value::Object(_)) => "a named tool",
+        Some(other) => {
+            return Err(ApiError::invalid_param(
+                "tool_choice",
+                format!(
+                    "Invalid value for `tool_choice`: {other}. Only \"none\", \"auto\", \"required\" or a named tool are valid."
+                ),
+            ))
+        }
+    };
+    if !has_tools {
+        return Err(ApiError::invalid_param(
+            "tool_choice",
+            "When using `tool_choice`, `tools` must be set.",
+        ));
+    }
+    Err(ApiError::invalid_param(
+        "tool_choice",
+        format!(
+            "This engine cannot call tools (`tool_choice` is {choice}): it has no tool-call parser \
+             and no guided decoding. Send `tool_choice: \"none\"` to pass the tools to the chat \
+             template only, or serve the model with vLLM or SGLang and a tool-call parser."
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(extra: serde_json::Value) -> ChatCompletionRequest {
+        let mut body = serde_json::json!({"messages": [{"role": "user", "content": "hi"}]});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(body).unwrap()
+    }
+
+    #[test]
+    fn tools_go_only_with_tool_choice_none() {
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "f"}}]);
+        for ok in [
+            serde_json::json!({}),
+            serde_json::json!({"tools": []}),
+            serde_json::json!({"tools": tools, "tool_choice": "none"}),
+            serde_json::json!({"tool_choice": "none"}),
+        ] {
+            assert!(check_tool_choice(&request(ok.clone())).is_ok(), "{ok}");
+        }
+        for (bad, says) in [
+            (serde_json::json!({"tools": tools}), "is auto"),
+            (
+                serde_json::json!({"tools": tools, "tool_choice": "auto"}),
+                "is auto",
+            ),
+            (
+                serde_json::json!({"tools": tools, "tool_choice": "required"}),
+                "is required",
+            ),
+            (
+                serde_json::json!({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "f"}}}),
+                "a named tool",
+            ),
+            (
+                serde_json::json!({"tool_choice": "auto"}),
+                "`tools` must be set",
+            ),
+            (
+                serde_json::json!({"tools": tools, "tool_choice": 3}),
+                "Invalid value",
+            ),
+        ] {
+            let e = check_tool_choice(&request(bad.clone())).unwrap_err();
+            assert_eq!(e.status, 400, "{bad}");
+            assert_eq!(e.body.error.param.as_deref(), Some("tool_choice"));
+            assert!(
+                e.body.error.message.contains(says),
+                "{bad}: {}",
+                e.body.error.message
+            );
+        }
     }
 }

@@ -77,7 +77,8 @@ pub struct ChatCompletionRequest {
     /// Tools the model may call, passed to the chat template.
     #[serde(default)]
     pub tools: Option<serde_json::Value>,
-    /// Tool choice; accepted, passed to nothing.
+    /// Which tool the model must call: `none`, `auto`, `required` or a named tool. Switchyard's
+    /// engine, with no tool-call parser, takes only `none`; the gateway forwards it as it is.
     #[serde(default)]
     pub tool_choice: Option<serde_json::Value>,
     /// Output format; only `text`.
