@@ -482,6 +482,13 @@ async fn bad_input_gets_openai_errors() {
             400,
             "tool_choice",
         ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}],
+                   "response_format": {"type": "json_object"}}),
+            400,
+            "response_format",
+        ),
     ];
     for (path, body, status, param) in cases {
         let (got, err) = e.post(path, body.clone()).await;

@@ -26,6 +26,7 @@ use switchyard_scheduler::cms::InstanceMeta;
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::service::SchedulerService;
 use switchyard_scheduler::{Scheduler, SchedulerConfig};
+use switchyard_text::chat_template::{ChatTemplate, CHATML_TEMPLATE};
 use switchyard_text::tokenizer::builtin_tokenizer;
 
 /// What a fake upstream does with a request.
@@ -250,7 +251,7 @@ async fn gateway(instances: &[(&str, EngineKind)], flags: GatewayFlags) -> Strin
     let served = ServedModel {
         name: "m".into(),
         tokenizer: Some(builtin_tokenizer()),
-        chat_template: None,
+        chat_template: Some(Arc::new(ChatTemplate::new(CHATML_TEMPLATE).unwrap())),
         block_size: 16,
         max_model_len: None,
         defaults: Default::default(),
@@ -346,6 +347,44 @@ async fn a_5xx_429_dropped_or_hanging_instance_is_retried_on_another() {
             "a switchyard engine gets token ids"
         );
     }
+}
+
+#[tokio::test]
+async fn structured_output_and_tool_fields_reach_an_engine_that_can_follow_them() {
+    // A vLLM server does JSON mode and tool calls (switchyard's own engine refuses them itself):
+    // the gateway passes them on as the client wrote them.
+    let vllm = fake(Behaviour::Answer(200)).await;
+    let gw = gateway(&[(&vllm.url, EngineKind::Vllm)], flags(0)).await;
+    let body = json!({
+        "model": "m",
+        "messages": [{"role": "user", "content": "hello"}],
+        "response_format": {"type": "json_schema",
+            "json_schema": {"name": "answer", "schema": {"type": "object"}}},
+        "tools": [{"type": "function", "function": {"name": "lookup"}}],
+        "tool_choice": "auto",
+    });
+    let r = reqwest::Client::new()
+        .post(format!("{gw}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    let seen = vllm.seen.lock().unwrap()[0].1.clone();
+    for field in ["response_format", "tools", "tool_choice"] {
+        assert_eq!(seen[field], body[field], "{field}");
+    }
+    // A type no API has is refused before any engine sees it.
+    let bad = json!({"model": "m", "messages": [{"role": "user", "content": "hello"}],
+        "response_format": {"type": "xml"}});
+    let r = reqwest::Client::new()
+        .post(format!("{gw}/v1/chat/completions"))
+        .json(&bad)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(vllm.calls.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]

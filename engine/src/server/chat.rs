@@ -24,6 +24,7 @@ pub async fn chat_completions(
 ) -> Result<Response, HttpError> {
     let model = check_model(&instance, req.model.as_deref())?;
     check_tool_choice(&req)?;
+    check_response_format(&req)?;
     let tok = instance.tokenizer.clone();
     let checked = check_chat(
         &req,
@@ -167,6 +168,22 @@ impl ResponseShape {
     }
 }
 
+/// Refuses a `response_format` other than `text`: this engine has no guided decoding to hold
+/// its output to JSON (vLLM and SGLang behind the gateway do).
+fn check_response_format(req: &ChatCompletionRequest) -> Result<(), ApiError> {
+    match &req.response_format {
+        Some(format) if format.kind != "text" => Err(ApiError::invalid_param(
+            "response_format",
+            format!(
+                "`response_format` of type {:?} needs guided decoding, which this engine does \
+                 not have; serve the model with vLLM or SGLang behind switchyard for it.",
+                format.kind
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Refuses what this engine cannot do with `tools`, as vLLM does without a tool-call parser: it
 /// has no parser to turn the model's text into `tool_calls` and no guided decoding to force a
 /// call, so only `tool_choice: "none"` goes with them (the tools still reach the chat template,
@@ -217,6 +234,16 @@ mod tests {
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
         serde_json::from_value(body).unwrap()
+    }
+
+    #[test]
+    fn only_text_responses_are_taken() {
+        assert!(check_response_format(&request(serde_json::json!({}))).is_ok());
+        let text = serde_json::json!({"response_format": {"type": "text"}});
+        assert!(check_response_format(&request(text)).is_ok());
+        let json = serde_json::json!({"response_format": {"type": "json_object"}});
+        let e = check_response_format(&request(json)).unwrap_err();
+        assert_eq!(e.body.error.param.as_deref(), Some("response_format"));
     }
 
     #[test]

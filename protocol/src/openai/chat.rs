@@ -46,10 +46,11 @@ pub struct ChatMessage {
     pub tool_call_id: Option<String>,
 }
 
-/// `response_format`; only `text` is supported.
+/// `response_format`: its type only (the schema of `json_schema` goes to the engine in the body
+/// as the client sent it).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ResponseFormat {
-    /// `text`, `json_object` or `json_schema`.
+    /// `text`, `json_object`, `json_schema` or `structural_tag`.
     #[serde(rename = "type")]
     pub kind: String,
 }

@@ -293,6 +293,11 @@ pub fn check_completion(
     Ok(fields)
 }
 
+/// The `response_format` types of the OpenAI API and vLLM (`structural_tag`). Which of them an
+/// engine can follow is the engine's business: switchyard's own takes `text` only, vLLM and
+/// SGLang all of them.
+pub const RESPONSE_FORMATS: [&str; 4] = ["text", "json_object", "json_schema", "structural_tag"];
+
 /// Checks a `/v1/chat/completions` request's generation fields.
 pub fn check_chat(
     req: &ChatCompletionRequest,
@@ -300,11 +305,11 @@ pub fn check_chat(
     defaults: &SamplingDefaults,
 ) -> Result<CheckedFields, ApiError> {
     if let Some(format) = &req.response_format {
-        if format.kind != "text" {
+        if !RESPONSE_FORMATS.contains(&format.kind.as_str()) {
             return Err(ApiError::invalid_param(
                 "response_format",
                 format!(
-                    "`response_format` of type {:?} is not supported.",
+                    "Unknown `response_format` type {:?}; one of {RESPONSE_FORMATS:?}.",
                     format.kind
                 ),
             ));
@@ -467,6 +472,22 @@ mod tests {
         .unwrap();
         let e = check_chat(&chat, 1000, &SamplingDefaults::default()).unwrap_err();
         assert_eq!(e.body.error.param.as_deref(), Some("top_logprobs"));
+    }
+
+    #[test]
+    fn every_response_format_of_the_api_passes_and_an_unknown_one_is_refused() {
+        let chat = |kind: &str| -> ChatCompletionRequest {
+            serde_json::from_value(serde_json::json!({
+                "messages": [{"role": "user", "content": "x"}],
+                "response_format": {"type": kind, "json_schema": {"name": "n", "schema": {}}}
+            }))
+            .unwrap()
+        };
+        for kind in RESPONSE_FORMATS {
+            assert!(check_chat(&chat(kind), 1000, &SamplingDefaults::default()).is_ok());
+        }
+        let e = check_chat(&chat("xml"), 1000, &SamplingDefaults::default()).unwrap_err();
+        assert_eq!(e.body.error.param.as_deref(), Some("response_format"));
     }
 
     #[test]
