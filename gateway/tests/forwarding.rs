@@ -277,8 +277,13 @@ fn sw(url: &str) -> (&str, EngineKind) {
 }
 
 async fn call(gateway: &str, body: Value) -> (u16, String, String) {
+    call_route(gateway, "/v1/completions", body).await
+}
+
+/// Posts `body` to the gateway's `route`: the status, the instance that answered and the body.
+async fn call_route(gateway: &str, route: &str, body: Value) -> (u16, String, String) {
     let r = reqwest::Client::new()
-        .post(format!("{gateway}/v1/completions"))
+        .post(format!("{gateway}{route}"))
         .json(&body)
         .send()
         .await
@@ -363,13 +368,8 @@ async fn structured_output_and_tool_fields_reach_an_engine_that_can_follow_them(
         "tools": [{"type": "function", "function": {"name": "lookup"}}],
         "tool_choice": "auto",
     });
-    let r = reqwest::Client::new()
-        .post(format!("{gw}/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    let (status, _, text) = call_route(&gw, "/v1/chat/completions", body.clone()).await;
+    assert_eq!(status, 200, "{text}");
     let seen = vllm.seen.lock().unwrap()[0].1.clone();
     for field in ["response_format", "tools", "tool_choice"] {
         assert_eq!(seen[field], body[field], "{field}");
@@ -377,13 +377,8 @@ async fn structured_output_and_tool_fields_reach_an_engine_that_can_follow_them(
     // A type no API has is refused before any engine sees it.
     let bad = json!({"model": "m", "messages": [{"role": "user", "content": "hello"}],
         "response_format": {"type": "xml"}});
-    let r = reqwest::Client::new()
-        .post(format!("{gw}/v1/chat/completions"))
-        .json(&bad)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 400);
+    let (status, _, text) = call_route(&gw, "/v1/chat/completions", bad).await;
+    assert_eq!(status, 400, "{text}");
     assert_eq!(vllm.calls.load(Ordering::SeqCst), 1);
 }
 
