@@ -355,9 +355,9 @@ async fn a_5xx_429_dropped_or_hanging_instance_is_retried_on_another() {
 }
 
 #[tokio::test]
-async fn structured_output_and_tool_fields_reach_an_engine_that_can_follow_them() {
-    // A vLLM server does JSON mode and tool calls (switchyard's own engine refuses them itself):
-    // the gateway passes them on as the client wrote them.
+async fn what_only_some_engines_follow_reaches_them_as_the_client_sent_it() {
+    // A vLLM server does JSON mode, tool calls and images (switchyard's own engine refuses them
+    // itself): the gateway passes them on as the client wrote them.
     let vllm = fake(Behaviour::Answer(200)).await;
     let gw = gateway(&[(&vllm.url, EngineKind::Vllm)], flags(0)).await;
     let body = json!({
@@ -374,12 +374,21 @@ async fn structured_output_and_tool_fields_reach_an_engine_that_can_follow_them(
     for field in ["response_format", "tools", "tool_choice"] {
         assert_eq!(seen[field], body[field], "{field}");
     }
+    let image = json!({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}]});
+    let (status, _, text) = call_route(&gw, "/v1/chat/completions", image.clone()).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        vllm.seen.lock().unwrap()[1].1["messages"],
+        image["messages"]
+    );
     // A type no API has is refused before any engine sees it.
     let bad = json!({"model": "m", "messages": [{"role": "user", "content": "hello"}],
         "response_format": {"type": "xml"}});
     let (status, _, text) = call_route(&gw, "/v1/chat/completions", bad).await;
     assert_eq!(status, 400, "{text}");
-    assert_eq!(vllm.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(vllm.calls.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]

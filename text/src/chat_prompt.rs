@@ -41,6 +41,15 @@ pub fn template_messages(messages: &[ChatMessage]) -> Result<Vec<TemplateMessage
         .collect()
 }
 
+/// Whether every message's content is text (a string, or parts that are all `text`): what a
+/// template renders here. Images and audio are for engines that take them (vLLM, SGLang).
+pub fn text_only(messages: &[ChatMessage]) -> bool {
+    messages.iter().all(|m| match &m.content {
+        Some(MessageContent::Parts(parts)) => parts.iter().all(|p| p.kind == "text"),
+        _ => true,
+    })
+}
+
 /// A message's content as one text: its text parts joined.
 fn flat_content(content: Option<&MessageContent>) -> Result<String, ApiError> {
     match content {

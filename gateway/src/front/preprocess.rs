@@ -9,7 +9,7 @@ use switchyard_protocol::openai::{
     check_chat, check_completion, settle_max_tokens, token_prompt, ApiError, ChatCompletionRequest,
     CompletionRequest, PromptInput, COMPLETION_MAX_TOKENS,
 };
-use switchyard_text::chat_prompt::chat_prompt;
+use switchyard_text::chat_prompt::{chat_prompt, text_only};
 use switchyard_text::tokenizer::Tokenizer;
 
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
@@ -132,7 +132,13 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
         Route::Chat => {
             let req: ChatCompletionRequest = parse(body)?;
             let checked = check_chat(&req, vocab_size, &model.defaults)?;
-            let Some(tokenizer) = &model.tokenizer else {
+            // Images and audio go to the engine as the client sent them, to take or refuse
+            // (vLLM and SGLang serve vision models; switchyard's engine answers a 400).
+            let tokenizer = model
+                .tokenizer
+                .as_ref()
+                .filter(|_| text_only(&req.messages));
+            let Some(tokenizer) = tokenizer else {
                 return Ok(Prepared {
                     model: model.name.clone(),
                     prompt_tokens: estimated_tokens(body.len()),
@@ -193,6 +199,23 @@ mod tests {
             prepare(Route::Completions, bad, &text_only)
                 .unwrap_err()
                 .status,
+            400
+        );
+    }
+
+    #[test]
+    fn a_chat_with_an_image_goes_upstream_as_it_is() {
+        let image = br#"{"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}]}"#;
+        let p = prepare(Route::Chat, image, &model()).unwrap();
+        assert_eq!(p.prompt_tokens, image.len() as u32 / 4);
+        assert!(p.prompt_ids.is_empty() && p.block_hashes.is_empty());
+        // Text parts alone are rendered (this model has no template: refused here).
+        let text = br#"{"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is this?"}]}]}"#;
+        assert_eq!(
+            prepare(Route::Chat, text, &model()).unwrap_err().status,
             400
         );
     }
