@@ -489,6 +489,18 @@ async fn bad_input_gets_openai_errors() {
             400,
             "response_format",
         ),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "guided_choice": ["yes", "no"]}),
+            400,
+            "guided_choice",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 1}),
+            400,
+            "prompt_logprobs",
+        ),
     ];
     for (path, body, status, param) in cases {
         let (got, err) = e.post(path, body.clone()).await;

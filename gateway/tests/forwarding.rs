@@ -367,11 +367,12 @@ async fn what_only_some_engines_follow_reaches_them_as_the_client_sent_it() {
             "json_schema": {"name": "answer", "schema": {"type": "object"}}},
         "tools": [{"type": "function", "function": {"name": "lookup"}}],
         "tool_choice": "auto",
+        "guided_choice": ["yes", "no"],
     });
     let (status, _, text) = call_route(&gw, "/v1/chat/completions", body.clone()).await;
     assert_eq!(status, 200, "{text}");
     let seen = vllm.seen.lock().unwrap()[0].1.clone();
-    for field in ["response_format", "tools", "tool_choice"] {
+    for field in ["response_format", "tools", "tool_choice", "guided_choice"] {
         assert_eq!(seen[field], body[field], "{field}");
     }
     let image = json!({"model": "m", "messages": [{"role": "user", "content": [

@@ -2,7 +2,7 @@
 
 use super::errors::{HttpError, OpenAiJson};
 use super::generation::{Generation, TokenLogprobs};
-use super::params::GenerationParams;
+use super::params::{refuse_vllm_only, GenerationParams};
 use super::{
     check_model, moves_of, sse_response, unsent_tokens, wants_token_ids, Payload, RequestId,
     ResponseShape,
@@ -23,6 +23,7 @@ pub async fn completions(
     OpenAiJson(req): OpenAiJson<CompletionRequest>,
 ) -> Result<Response, HttpError> {
     let model = check_model(&instance, req.model.as_deref())?;
+    refuse_vllm_only(&req.sampling)?;
     let tok = instance.tokenizer.clone();
     let checked = check_completion(
         &req,

@@ -2,7 +2,22 @@
 //! rules the gateway applies) as the engine's sampling and stopping parameters.
 
 use crate::sampling::{SamplingParams, StopParams};
-use switchyard_protocol::openai::{CheckedFields, SamplingFields};
+use switchyard_protocol::openai::{ApiError, CheckedFields, SamplingFields};
+
+/// Refuses a request that asks for one of vLLM's extensions this engine does not follow
+/// ([`switchyard_protocol::openai::VllmOnlyFields`]), naming it.
+pub fn refuse_vllm_only(f: &SamplingFields) -> Result<(), ApiError> {
+    match f.vllm_only.asked() {
+        Some(name) => Err(ApiError::invalid_param(
+            name,
+            format!(
+                "`{name}` is a vLLM extension this engine does not follow; serve the model with \
+                 vLLM behind switchyard for it."
+            ),
+        )),
+        None => Ok(()),
+    }
+}
 
 /// Everything a request asks of generation, validated.
 #[derive(Debug, Clone, PartialEq)]

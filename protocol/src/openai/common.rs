@@ -167,4 +167,8 @@ pub struct SamplingFields {
     /// End-user id; accepted and ignored.
     #[serde(default)]
     pub user: Option<String>,
+    /// vLLM's extensions that switchyard's engine does not follow (it refuses a request that asks
+    /// for one; the gateway passes them on).
+    #[serde(flatten)]
+    pub vllm_only: super::VllmOnlyFields,
 }

@@ -10,6 +10,7 @@ pub mod error;
 pub mod models;
 pub mod tokenize;
 pub mod validate;
+pub mod vllm_only;
 
 pub use chat::*;
 pub use common::*;
@@ -18,3 +19,4 @@ pub use error::*;
 pub use models::*;
 pub use tokenize::*;
 pub use validate::*;
+pub use vllm_only::*;
