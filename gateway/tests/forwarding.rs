@@ -393,6 +393,48 @@ async fn what_only_some_engines_follow_reaches_them_as_the_client_sent_it() {
 }
 
 #[tokio::test]
+async fn tokenize_and_detokenize_are_answered_with_the_models_tokenizer() {
+    let vllm = fake(Behaviour::Answer(200)).await;
+    let gw = gateway(&[(&vllm.url, EngineKind::Vllm)], flags(0)).await;
+    let tok = builtin_tokenizer();
+    let (status, _, text) = call_route(
+        &gw,
+        "/tokenize",
+        json!({"model": "m", "prompt": "hello there"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    let ids = tok.encode("hello there", true).unwrap();
+    assert_eq!(answer["tokens"], json!(ids));
+    assert_eq!(answer["count"], ids.len());
+    // This gateway was not told the model's length: it says none.
+    assert!(answer.get("max_model_len").is_none(), "{answer}");
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let (status, _, text) = call_route(&gw, "/tokenize", chat).await;
+    assert_eq!(status, 200, "{text}");
+    let rendered: Value = serde_json::from_str(&text).unwrap();
+    assert!(rendered["count"].as_u64().unwrap() > 1);
+    let (status, _, text) =
+        call_route(&gw, "/detokenize", json!({"model": "m", "tokens": ids})).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["prompt"],
+        "hello there"
+    );
+    // Bad input is refused, and nothing reaches an engine.
+    for (route, bad) in [
+        ("/tokenize", json!({"model": "m"})),
+        ("/tokenize", json!({"model": "nope", "prompt": "x"})),
+        ("/detokenize", json!({"model": "m", "tokens": [-1]})),
+    ] {
+        let (status, _, text) = call_route(&gw, route, bad.clone()).await;
+        assert_eq!(status / 100, 4, "{bad}: {text}");
+    }
+    assert_eq!(vllm.calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
 async fn without_retries_left_the_last_answer_is_relayed() {
     let bad = fake(Behaviour::Answer(429)).await;
     let gw = gateway(&[sw(&bad.url)], flags(0)).await;

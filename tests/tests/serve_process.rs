@@ -86,6 +86,23 @@ async fn one_endpoint_serves_and_spreads_over_its_engines() {
         "concurrent requests use both engines: {used:?}"
     );
 
+    // `/tokenize` on the endpoint answers as an engine does, with the same template.
+    let chat = json!({"model": "qwen3-0.6b", "messages": [{"role": "user", "content": "Hi"}]});
+    let engine = used.iter().next().unwrap();
+    let mut answers = Vec::new();
+    for url in [&base, engine] {
+        let r = client
+            .post(format!("{url}/tokenize"))
+            .json(&chat)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        answers.push(r.json::<Value>().await.unwrap());
+    }
+    assert_eq!(answers[0], answers[1]);
+    assert!(answers[0]["max_model_len"].as_u64().unwrap() > 0);
+
     let unknown = client
         .post(format!("{base}/v1/completions"))
         .json(&json!({"model": "nope", "prompt": "x"}))

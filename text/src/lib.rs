@@ -9,4 +9,5 @@
 pub mod chat_prompt;
 pub mod chat_template;
 pub mod model_files;
+pub mod tokenize_api;
 pub mod tokenizer;

@@ -260,30 +260,13 @@ async fn tokenize(
     OpenAiJson(req): OpenAiJson<TokenizeRequest>,
 ) -> Result<Json<TokenizeResponse>, HttpError> {
     check_model(&instance, req.model.as_deref())?;
-    let tokens = match (req.prompt, req.messages) {
-        (Some(prompt), None) => instance
-            .tokenizer
-            .encode(&prompt, req.add_special_tokens.unwrap_or(true))
-            .map_err(|e| ApiError::invalid_param("prompt", e.to_string()))?,
-        (None, Some(messages)) => switchyard_text::chat_prompt::render_messages(
-            instance.chat_template.as_deref(),
-            &instance.tokenizer,
-            &messages,
-            req.add_generation_prompt.unwrap_or(true),
-            None,
-            Default::default(),
-        )?,
-        _ => {
-            return Err(
-                ApiError::invalid_request("Give exactly one of `prompt` and `messages`.").into(),
-            )
-        }
-    };
-    Ok(Json(TokenizeResponse {
-        count: tokens.len() as u64,
-        max_model_len: instance.info.max_model_len as u64,
-        tokens,
-    }))
+    let answer = switchyard_text::tokenize_api::tokenize(
+        req,
+        &instance.tokenizer,
+        instance.chat_template.as_deref(),
+        Some(instance.info.max_model_len),
+    )?;
+    Ok(Json(answer))
 }
 
 async fn detokenize(
@@ -291,12 +274,10 @@ async fn detokenize(
     OpenAiJson(req): OpenAiJson<DetokenizeRequest>,
 ) -> Result<Json<DetokenizeResponse>, HttpError> {
     check_model(&instance, req.model.as_deref())?;
-    let ids =
-        switchyard_protocol::openai::token_prompt(&req.tokens, instance.tokenizer.vocab_size())
-            .map_err(|e| e.with_param("tokens"))?;
-    Ok(Json(DetokenizeResponse {
-        prompt: instance.tokenizer.decode(&ids, false),
-    }))
+    Ok(Json(switchyard_text::tokenize_api::detokenize(
+        &req,
+        &instance.tokenizer,
+    )?))
 }
 
 async fn reset_prefix_cache(State(instance): State<Arc<Instance>>) -> StatusCode {

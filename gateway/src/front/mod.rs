@@ -10,3 +10,4 @@ pub mod preprocess;
 pub mod routes;
 pub mod server;
 pub mod slots;
+pub mod tokenize;

@@ -12,7 +12,8 @@ use switchyard_protocol::openai::{
 use switchyard_text::chat_prompt::{chat_prompt, text_only};
 use switchyard_text::tokenizer::Tokenizer;
 
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+/// A JSON body as `T`, or the OpenAI-style error that says what is wrong with it.
+pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.is_empty() {
         return Err(ApiError::invalid_request(
             "The request body is empty; expected JSON.",

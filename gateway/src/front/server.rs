@@ -5,6 +5,7 @@ use crate::front::guarded_body::GuardedBody;
 use crate::front::model_book::ModelBook;
 use crate::front::preprocess::{estimated_tokens, prepare, prepare_off_worker, read_body};
 use crate::front::routes::{reload_logged, Routes};
+use crate::front::tokenize;
 use crate::metrics::GatewayMetrics;
 use crate::relay::observe::RelayObserver;
 use crate::relay::session::{collect, stream_body, ResumeWith, Session};
@@ -91,6 +92,8 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(max_body_bytes))
@@ -135,7 +138,11 @@ async fn handle(
     Response::from_parts(parts, Body::new(GuardedBody::new(body, finish)))
 }
 
-fn rejected(metrics: &GatewayMetrics, rejection: crate::front::admission::Rejection) -> ApiError {
+/// A refusal by admission, counted by its reason.
+pub(crate) fn rejected(
+    metrics: &GatewayMetrics,
+    rejection: crate::front::admission::Rejection,
+) -> ApiError {
     let (reason, e) = rejection.as_ref().clone();
     metrics.on_rejected(reason);
     e
@@ -258,7 +265,7 @@ async fn admit_and_relay(
 }
 
 /// The error of a body that could not be read (too large, or cut off).
-fn unreadable(rejection: BytesRejection) -> ApiError {
+pub(crate) fn unreadable(rejection: BytesRejection) -> ApiError {
     let mut e = ApiError::invalid_request(format!(
         "The request body could not be read: {}.",
         rejection.body_text()

@@ -28,8 +28,9 @@ pub struct TokenizeRequest {
 pub struct TokenizeResponse {
     /// Number of tokens.
     pub count: u64,
-    /// The model's context length.
-    pub max_model_len: u64,
+    /// The model's context length (left out where the gateway does not know it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<u64>,
     /// The token ids.
     pub tokens: Vec<u32>,
 }
