@@ -459,6 +459,9 @@ impl EngineCore {
             if seq.is_decoding() {
                 status.num_decoding += 1;
                 status.decode_tokens += seq.tokens.len() as u64;
+                if let Some(tpot) = seq.tpot_so_far() {
+                    status.decoding_tpot.record(tpot);
+                }
                 status.decoding_last_priority = Some(
                     status
                         .decoding_last_priority

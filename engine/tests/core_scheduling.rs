@@ -326,6 +326,32 @@ fn status_reports_queue_and_kv_state() {
 }
 
 #[test]
+fn status_reports_each_decoding_requests_pace_once_it_has_ten_gaps() {
+    let mut core = EngineCore::new(config(100, 64));
+    let mut b = backend();
+    core.add(seq("a", (0..20).collect(), 100), 0.0).unwrap();
+    // Steps 20 ms apart: the prompt, then a token a step.
+    let mut now = 0.0;
+    let mut step = |core: &mut EngineCore, now: &mut f64| {
+        let plan = core.plan(*now).unwrap();
+        let out = b.execute(&plan.batch);
+        *now += 0.02;
+        core.complete(plan, out, *now);
+    };
+    for _ in 0..10 {
+        step(&mut core, &mut now);
+    }
+    // 10 tokens, 9 gaps: not counted yet.
+    assert!(core.status(now, Vec::new()).decoding_tpot.is_empty());
+    step(&mut core, &mut now);
+    let tpots = core.status(now, Vec::new()).decoding_tpot;
+    assert_eq!(tpots.total(), 1.0);
+    // 20 ms a token: over an objective of 15 ms, not over one of 25.
+    assert_eq!(tpots.over(0.015), 1.0);
+    assert_eq!(tpots.over(0.025), 0.0);
+}
+
+#[test]
 fn stop_token_ids_end_a_sequence_but_not_before_min_tokens() {
     let prompt: Vec<u32> = (0..12).collect();
     let mut free = EngineCore::new(config(100, 64));

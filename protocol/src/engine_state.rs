@@ -3,6 +3,7 @@
 //! A subscriber that falls behind receives one snapshot that merges what it missed: the latest
 //! counts, every admitted id and every step sample since the last snapshot it got.
 
+use crate::tpot_so_far::TpotSoFar;
 use serde::{Deserialize, Serialize};
 
 /// One step of the engine, as the latency predictor fits it.
@@ -87,6 +88,10 @@ pub struct EngineStatus {
     pub num_decoding: u32,
     /// Context tokens of running requests past their prefill.
     pub decode_tokens: u64,
+    /// Requests past their prefill, by their time per output token so far (those with enough
+    /// tokens to say; empty from engines that do not say).
+    #[serde(default, skip_serializing_if = "TpotSoFar::is_empty")]
+    pub decoding_tpot: TpotSoFar,
     /// KV tokens held by requests (evictable prefix-cache blocks count as free).
     pub used_kv_tokens: u64,
     /// KV capacity in tokens; 0 when the engine does not say (then only `kv_usage` is known).

@@ -21,6 +21,7 @@ pub mod model_description;
 pub mod openai;
 pub mod schedule;
 pub mod secret;
+pub mod tpot_so_far;
 pub mod vllm_kv_events;
 
 /// The request header that asks a switchyard engine for the ids of the generated tokens in a

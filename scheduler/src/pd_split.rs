@@ -21,7 +21,9 @@
 //! to a prefill side 0.8 busy). Of the sizes, the one that evens out the two sides' utilisation
 //! is taken, and kept until another is clearly better.
 //!
-//! The split starts once enough finished requests miss the TPOT objective, or, where most
+//! The split starts once enough finished requests miss the TPOT objective, or, where prompts
+//! share nothing, once enough decoding requests are over it so far (each engine counts its
+//! decoding requests by their pace; finished requests say it seconds later), or, where most
 //! answers are short, before any does, while both sides could carry their work, and goes on
 //! while neither is far over it. Once enough requests
 //! dispatched under it have finished it is judged: where they miss far more than requests did
@@ -42,6 +44,23 @@ pub const SHORT_ANSWER_TOKENS: u32 = 20;
 /// The split starts once this share of finished requests are over the TPOT objective (a
 /// [`MissShare`]).
 pub const SPLIT_AT_MISSES: f64 = 0.05;
+
+/// Where prompts share (almost) nothing, the split starts too once this share of the decoding
+/// requests are over the TPOT objective so far: finished requests say it only once they end,
+/// seconds later (on the long-context mix at 65 req/s, 13 s in, while requests sent 4 s in
+/// already missed)...
+const SPLIT_AT_DECODING_OVER: f64 = 0.05;
+
+/// ...that is, where at least this share of the prompt tokens are cached nowhere. Where prompts
+/// share prefixes a split costs their hits (the prefill side's caches are fewer, the decode
+/// side's go unused: Mooncake conversation at 14 req/s, 8.8% of prompt tokens hit against
+/// 15.6%), and decoding requests there run over the objective for a while and catch up (22-33%
+/// of them at times while 0-4% of the finished ones miss): only finished requests' misses start
+/// a split there.
+const EARLY_START_UNCACHED: f64 = 0.98;
+
+/// The decoding requests' share says nothing before this many say their pace.
+pub const DECODING_BEFORE_SHARE: f64 = 50.0;
 
 /// Where at least this share of finished requests are short answers (of two tokens or more),
 /// the split starts before any misses: each is one prefill chunk away from missing, so a burst
@@ -113,6 +132,9 @@ pub struct Cluster<'a> {
     pub kv_tokens_each: f64,
     /// Most sequences an instance runs at once.
     pub seats_each: f64,
+    /// The share of the decoding requests whose time per output token so far is over the
+    /// objective, once [`DECODING_BEFORE_SHARE`] of them say it.
+    pub decoding_over_tpot: Option<f64>,
 }
 
 impl Cluster<'_> {
@@ -292,8 +314,12 @@ impl FullSplit {
             .short_answers
             .share()
             .is_some_and(|s| s >= SPLIT_WHERE_SHORT);
-        let misses =
-            (self.on && !worse) || (now >= self.not_before && (mostly_short || over(&self.misses)));
+        let decoding_over = uncached >= EARLY_START_UNCACHED
+            && cluster
+                .decoding_over_tpot
+                .is_some_and(|s| s >= SPLIT_AT_DECODING_OVER);
+        let misses = (self.on && !worse)
+            || (now >= self.not_before && (mostly_short || over(&self.misses) || decoding_over));
         let busy_at_most = match self.on {
             true => BUSY_TO_GO_ON,
             false => BUSY_TO_START,
@@ -315,6 +341,7 @@ impl FullSplit {
             (true, true) => {}
         }
         let decode_side = self.decode_side;
+        let finished_over = self.misses.share();
         self.switch(on, || {
             let why = match judged {
                 Some((share, before)) if worse => format!(
@@ -324,9 +351,14 @@ impl FullSplit {
                 ),
                 _ => String::new(),
             };
+            let share =
+                |s: Option<f64>| s.map_or("not counted".into(), |s| format!("{:.1}%", s * 100.0));
             format!(
                 "{prefill_side} prefill, {decode_side} decode; prefill load {load:.2} \
-                 instances, decode need {need:.2}, uncached share {uncached:.2}{why}"
+                 instances, decode need {need:.2}, uncached share {uncached:.2}; over the TPOT \
+                 objective: {} of the finished requests, {} of the decoding ones{why}",
+                share(finished_over),
+                share(cluster.decoding_over_tpot),
             )
         });
         on.then_some(prefill_side)
@@ -357,6 +389,7 @@ mod tests {
             context_each: 1000.0,
             kv_tokens_each: 500_000.0,
             seats_each: 256.0,
+            decoding_over_tpot: None,
         }
     }
 
@@ -426,6 +459,36 @@ mod tests {
             let sides = split.review(Some(&c), 0.025, 10.0, 20.0);
             assert_eq!(sides, Some(prefill), "{instances}");
         }
+    }
+
+    #[test]
+    fn decoding_requests_over_the_objective_start_the_split_before_any_finishes() {
+        let fit = StepTimeFit::new(DEFAULT_PRIOR);
+        let mut split = FullSplit::default();
+        prompts(&mut split, 0.05, 1000.0);
+        // Nothing finished yet; 3% of the decoding requests over the objective so far: colocated.
+        let few = Cluster {
+            decoding_over_tpot: Some(0.03),
+            ..cluster(&fit)
+        };
+        assert_eq!(split.review(Some(&few), 0.025, 10.0, 20.0), None);
+        // 6%: split, sized as on finished requests' misses.
+        let many = Cluster {
+            decoding_over_tpot: Some(0.06),
+            ..cluster(&fit)
+        };
+        assert_eq!(split.review(Some(&many), 0.025, 10.0, 20.0), Some(13));
+        // Judged as a split started before anything finished missed: against 5%.
+        let mut worse = split.clone();
+        finished(&mut worse, 100, 5, 10.0);
+        assert_eq!(worse.review(Some(&few), 0.025, 12.0, 20.0), None);
+        let mut kept = split.clone();
+        finished(&mut kept, 100, 20, 10.0);
+        assert_eq!(kept.review(Some(&few), 0.025, 12.0, 20.0), Some(13));
+        // Where a tenth of the prompt tokens are cached, decoding requests do not start it.
+        let mut sharing = FullSplit::default();
+        prompts(&mut sharing, 0.05, 900.0);
+        assert_eq!(sharing.review(Some(&many), 0.025, 10.0, 20.0), None);
     }
 
     #[test]

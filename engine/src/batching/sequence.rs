@@ -139,6 +139,17 @@ impl Sequence {
         self.tokens.len() - self.prompt_len
     }
 
+    /// Its mean time between tokens after the first, once it has
+    /// [`COUNTED_AFTER_TOKENS`](switchyard_protocol::tpot_so_far::COUNTED_AFTER_TOKENS) of them.
+    pub fn tpot_so_far(&self) -> Option<f64> {
+        let gaps = self.num_output().checked_sub(1)?;
+        if gaps < switchyard_protocol::tpot_so_far::COUNTED_AFTER_TOKENS {
+            return None;
+        }
+        let (first, last) = (self.times.first_token?, self.times.last_token?);
+        Some((last - first) / gaps as f64)
+    }
+
     /// Tokens still to compute before the next token can be sampled.
     pub fn num_uncomputed(&self) -> usize {
         self.tokens.len() - self.num_computed

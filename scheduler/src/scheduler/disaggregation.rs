@@ -7,11 +7,12 @@ use super::Scheduler;
 use crate::adaptive_pd::Leaning;
 use crate::cms::Cms;
 use crate::lrs::Dispatch;
-use crate::pd_split::Cluster as SplitCluster;
+use crate::pd_split::{Cluster as SplitCluster, DECODING_BEFORE_SHARE};
 use crate::score::score;
 use crate::step_fits::StepFits;
 use switchyard_protocol::engine_state::StepSample;
 use switchyard_protocol::schedule::{InferStage, Observed, ScheduleRequest};
+use switchyard_protocol::tpot_so_far::TpotSoFar;
 
 impl Scheduler {
     /// Under adaptive PD with a TPOT objective, counts a finished request towards its model's
@@ -101,7 +102,7 @@ impl Scheduler {
         }
         let split = tpot.and_then(|tpot| {
             let staleness = self.config.staleness;
-            let cluster = split_cluster(&self.cms, &self.fits, &req.model, now, staleness);
+            let cluster = split_cluster(&self.cms, &self.fits, &req.model, tpot, now, staleness);
             let leaning = self.leaning.entry(req.model.clone()).or_default();
             leaning
                 .full
@@ -172,12 +173,14 @@ impl Scheduler {
 /// spread evenly over an answer).
 const REMAINING_SHARE: f64 = 0.5;
 
-/// What the schedulable instances of `model` can decode, for the full split: `None` until one
-/// has a step-time fit and every one has said its state.
+/// What the schedulable instances of `model` can decode, and how their decoding requests fare
+/// against the TPOT objective `tpot`, for the full split: `None` until one has a step-time fit
+/// and every one has said its state.
 fn split_cluster<'a>(
     cms: &Cms,
     fits: &'a StepFits,
     model: &str,
+    tpot: f64,
     now: f64,
     staleness: f64,
 ) -> Option<SplitCluster<'a>> {
@@ -187,8 +190,10 @@ fn split_cluster<'a>(
         .collect();
     let fit = states.iter().find_map(|s| fits.of(&s.meta.id))?;
     let (mut decoding, mut context, mut kv, mut seats) = (0.0, 0.0, 0.0, 0.0);
+    let mut tpots = TpotSoFar::default();
     for state in &states {
         let status = state.status.as_ref()?;
+        tpots.add(&status.decoding_tpot);
         decoding += f64::from(status.num_decoding);
         context += status.decode_tokens as f64;
         kv += status.total_kv_tokens as f64;
@@ -205,5 +210,7 @@ fn split_cluster<'a>(
         },
         kv_tokens_each: kv / n,
         seats_each: seats / n,
+        decoding_over_tpot: (tpots.total() >= DECODING_BEFORE_SHARE)
+            .then(|| tpots.over(tpot) / tpots.total()),
     })
 }
