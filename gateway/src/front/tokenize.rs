@@ -25,15 +25,9 @@ pub async fn tokenize(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     respond(
-        tokenizing(&gateway, &headers, body).and_then(|(model, body)| {
-            let req: TokenizeRequest = parse(&body)?;
-            let tokenizer = tokenizer_of(&model)?;
-            tokenize_api::tokenize(
-                req,
-                tokenizer,
-                model.chat_template.as_deref(),
-                model.max_model_len,
-            )
+        asked::<TokenizeRequest>(&gateway, &headers, body).and_then(|(model, req)| {
+            let template = model.chat_template.as_deref();
+            tokenize_api::tokenize(req, tokenizer_of(&model)?, template, model.max_model_len)
         }),
     )
 }
@@ -45,10 +39,8 @@ pub async fn detokenize(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     respond(
-        tokenizing(&gateway, &headers, body).and_then(|(model, body)| {
-            let req: DetokenizeRequest = parse(&body)?;
-            tokenize_api::detokenize(&req, tokenizer_of(&model)?)
-        }),
+        asked::<DetokenizeRequest>(&gateway, &headers, body)
+            .and_then(|(model, req)| tokenize_api::detokenize(&req, tokenizer_of(&model)?)),
     )
 }
 
@@ -60,12 +52,12 @@ fn respond<T: serde::Serialize>(answer: Result<T, ApiError>) -> Response {
     }
 }
 
-/// The client's key checked, and the pool model the body's `model` is routed to, with the body.
-fn tokenizing(
+/// The client's key checked, the pool model the body's `model` is routed to, and the request.
+fn asked<T: serde::de::DeserializeOwned>(
     gateway: &Gateway,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<(ServedModel, Bytes), ApiError> {
+) -> Result<(ServedModel, T), ApiError> {
     let authorization = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
     gateway
         .admission
@@ -92,7 +84,7 @@ fn tokenizing(
                 ),
             )
         })?;
-    Ok((model, body))
+    Ok((model, parse(&body)?))
 }
 
 /// The model's tokenizer, or why the gateway has none.
