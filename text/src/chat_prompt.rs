@@ -63,7 +63,11 @@ fn flat_content(content: Option<&MessageContent>) -> Result<String, ApiError> {
                     (kind, _) => {
                         return Err(ApiError::invalid_param(
                             "messages",
-                            format!("Content parts of type {kind:?} are not supported; only text parts with `text`."),
+                            format!(
+                                "Content parts of type {kind:?} are not supported here: only text parts \
+                                 with `text` (serve vision and audio models with vLLM or SGLang behind \
+                                 switchyard)."
+                            ),
                         ))
                     }
                 }
