@@ -69,7 +69,7 @@ pub struct SimArgs {
     /// computed on instances that lean prefill, as many as their prefill work keeps busy, and
     /// handed to the others, which run every other prompt whole (with a TPOT SLO, only once 5%
     /// of finished requests miss it colocated); with a TPOT SLO, once 5% of finished requests
-    /// miss it, or half of them are short answers, every prompt is (the full split).
+    /// miss it, or, where prompts share nothing, 5% of the decoding requests are over it so far, or half of them are short answers, every prompt is (the full split).
     #[arg(long)]
     pub pd: Option<PdMode>,
     /// With `--pd adaptive`: prompts with at least this many tokens to compute beyond the
