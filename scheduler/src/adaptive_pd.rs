@@ -96,6 +96,12 @@ impl Leaning {
         self.prefill.len() - self.leaving.len()
     }
 
+    /// Whether some instance leans prefill and takes new prompts (all of them may be leaning
+    /// back to decode, each with prompts still to compute).
+    pub fn takes_prompts(&self) -> bool {
+        self.taking() > 0
+    }
+
     /// Whether any instance leans prefill (else the model is served colocated).
     pub fn disaggregates(&self) -> bool {
         !self.prefill.is_empty()

@@ -1126,6 +1126,44 @@ fn leaning_cluster(
 }
 
 #[test]
+fn adaptive_pd_computes_a_long_prompt_whole_while_every_prefill_leaning_instance_leans_back() {
+    let (mut s, prefill) = leaning_cluster(SchedulerConfig::default(), 100);
+    // The long prompts stop. The instances leaning prefill lean back one by one, each once its
+    // prompts are computed, but the last one still has prompts queued when it starts leaning
+    // back: then no instance takes a new prompt on the prefill side.
+    let last = prefill.iter().next().unwrap().clone();
+    let mut whole = 0;
+    for i in 0..10 {
+        let now = 1000.0 + i as f64 * 30.0;
+        for id in ["i0", "i1", "i2", "i3"] {
+            let queued = if id == last { 4096 } else { 0 };
+            let status = EngineStatus {
+                waiting_prefill_tokens: queued,
+                ..idle()
+            };
+            s.on_status(id, status, now);
+        }
+        let placed = s
+            .schedule(&long_prompt(&format!("late{i}"), 100), now)
+            .expect("a long prompt is placed whatever the leanings");
+        s.release(&format!("late{i}"));
+        let last_leans_prefill = s
+            .instances_view(now)
+            .iter()
+            .any(|v| v.meta.id == last && v.role == InferStage::Prefill);
+        if last_leans_prefill && placed.decision.decode.is_none() {
+            // Computed whole on an instance that leans decode, not queued behind `last`'s.
+            assert_ne!(placed.decision.instance_id, last);
+            whole += 1;
+        }
+    }
+    assert!(
+        whole > 0,
+        "the last prefill-leaning instance never leaned back alone"
+    );
+}
+
+#[test]
 fn adaptive_pd_hands_over_a_prompt_cached_only_on_the_prefill_side_rather_than_computing_it_on_the_decode_side(
 ) {
     let (mut s, prefill) = leaning_cluster(SchedulerConfig::default(), 100);

@@ -503,13 +503,14 @@ impl Scheduler {
         };
         // A long prompt that no prefill-leaning instance can serve inside its SLOs is computed
         // whole where it can, if the decodes there stay inside theirs (not under the full
-        // split, which keeps every prompt off the decode side).
-        let splits_fully = self
-            .leaning
-            .get(&req.model)
-            .is_some_and(Leaning::splits_fully);
+        // split, which keeps every prompt off the decode side); so is one that none takes,
+        // every instance leaning prefill leaning back to decode.
+        let leaning = self.leaning.get(&req.model);
+        let splits_fully = leaning.is_some_and(Leaning::splits_fully);
+        let prefill_side_takes = leaning.is_some_and(Leaning::takes_prompts);
         let whole = |s: &mut Self| {
             !long
+                || !prefill_side_takes
                 || (!splits_fully
                     && s.meets_slos_leaning(req, InferStage::Prefill, false, now) == Some(false)
                     && s.meets_slos_leaning(req, InferStage::Decode, true, now) == Some(true))
