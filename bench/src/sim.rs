@@ -68,8 +68,9 @@ pub struct SimArgs {
     /// decode one after its first token; or `adaptive`: long prompts (`--pd-long-prompt`) are
     /// computed on instances that lean prefill, as many as their prefill work keeps busy, and
     /// handed to the others, which run every other prompt whole (with a TPOT SLO, only once 5%
-    /// of finished requests miss it colocated); with a TPOT SLO, once 5% of finished requests
-    /// miss it, or, where prompts share nothing, 5% of the decoding requests are over it so far, or half of them are short answers, every prompt is (the full split).
+    /// of finished requests miss it colocated); with a TPOT SLO, where prompts share nothing, once 5% of
+    /// finished requests miss it, or 5% of the decoding requests are over it so far, or half of
+    /// them are short answers, every prompt is (the full split).
     #[arg(long)]
     pub pd: Option<PdMode>,
     /// With `--pd adaptive`: prompts with at least this many tokens to compute beyond the

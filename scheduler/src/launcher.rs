@@ -192,8 +192,9 @@ pub struct PdFlags {
     /// `adaptive`: over each model's neutral instances, long prompts (--pd-long-prompt) are
     /// computed on instances that lean prefill, as many as their prefill work keeps busy, and
     /// handed after their first token to the others, which run every other prompt whole (with
-    /// a TPOT SLO, only once 5% of finished requests miss it colocated); with a TPOT SLO, once
-    /// 5% of finished requests miss it, or, where prompts share nothing, 5% of the decoding requests are over it so far, or half of them are short answers, every prompt is (the
+    /// a TPOT SLO, only once 5% of finished requests miss it colocated); with a TPOT SLO, where
+    /// prompts share nothing, once 5% of finished requests miss it, or 5% of the decoding
+    /// requests are over it so far, or half of them are short answers, every prompt is (the
     /// full split, both sides sized to their work, ended for a while if it makes more miss);
     /// unless --no-rescheduling, decodes left on an instance that turns to prefill move to one
     /// that leans decode. Unset, neutral instances serve colocated.
