@@ -188,16 +188,14 @@ impl Load {
 }
 
 /// The moves of one round over the instances of `cms` that are schedulable at `now`, grouped by
-/// model; instances in `busy` (already moving a request) are left out, a request goes only
+/// model; instances in `busy` (already moving a request) are left out, and a request goes only
 /// to an instance that `takes_decodes` (not one that prefills for others, where it would share
-/// steps with their prompts), and decoding requests move for interference only in the models
-/// that `speeds_decodes`.
+/// steps with their prompts).
 pub fn plan_moves(
     cms: &Cms,
     busy: &HashSet<String>,
     config: &ReschedulerConfig,
     takes_decodes: impl Fn(&InstanceState) -> bool,
-    speeds_decodes: impl Fn(&str) -> bool,
     now: f64,
     staleness: f64,
 ) -> Vec<MoveOrder> {
@@ -220,7 +218,7 @@ pub fn plan_moves(
         ));
     }
     let mut moves = Vec::new();
-    for (model, mut loads) in by_model {
+    for (_, mut loads) in by_model {
         // Instances holding back more urgent requests first, then the least free.
         loads.sort_by(|a, b| {
             (b.1.inverted.cmp(&a.1.inverted)).then(a.1.freeness().total_cmp(&b.1.freeness()))
@@ -228,9 +226,6 @@ pub fn plan_moves(
         moves.extend(pair_off(&mut loads, |src, dst| {
             memory_reason(src, dst, config)
         }));
-        if !speeds_decodes(model) {
-            continue;
-        }
         loads.sort_by(|a, b| b.1.backlog_steps.total_cmp(&a.1.backlog_steps));
         moves.extend(pair_off(&mut loads, |src, dst| {
             interferes(src, dst, config).then_some(MoveReason::Interference)
@@ -525,7 +520,6 @@ mod tests {
             &busy,
             &ReschedulerConfig::default(),
             |s| s.meta.role != InferStage::Prefill,
-            |_| true,
             0.0,
             5.0,
         )
@@ -697,23 +691,8 @@ mod tests {
             plan(&pair, &[]).is_empty(),
             "a step of prompts is not worth a move"
         );
-        let both = cms(&[
-            ("busy", "m", backlog.clone()),
-            ("also", "m", backlog.clone()),
-        ]);
+        let both = cms(&[("busy", "m", backlog.clone()), ("also", "m", backlog)]);
         assert!(plan(&both, &[]).is_empty(), "no calm instance to go to");
-        // Not for a model whose placement would send new prompts after them.
-        let pair = cms(&[("busy", "m", backlog), ("calm", "m", calm)]);
-        let blind = plan_moves(
-            &pair,
-            &HashSet::new(),
-            &ReschedulerConfig::default(),
-            |_| true,
-            |model| model != "m",
-            0.0,
-            5.0,
-        );
-        assert!(blind.is_empty(), "{blind:?}");
     }
 
     /// The decode-speed moves among `cms` under a 50 ms objective, each instance's TPOT 10 ms

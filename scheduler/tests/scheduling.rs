@@ -1397,20 +1397,4 @@ fn with_a_tpot_objective_the_rescheduler_evens_out_how_fast_instances_decode() {
         moves(Slos::default()).is_empty(),
         "without a TPOT objective only KV and backlogs count"
     );
-    // Under a policy that does not count prefill work the slow instance, lightened, would
-    // draw the next prompts: decoding requests do not move for speed.
-    let mut least_load = cluster_with(
-        SchedulerConfig {
-            policy: Policy::LeastRequests,
-            slos: tpot,
-            ..Default::default()
-        },
-        2,
-    );
-    least_load.on_status("i0", decoding(60), 0.0);
-    least_load.on_status("i1", decoding(5), 0.0);
-    let config = ReschedulerConfig::default();
-    assert!(least_load
-        .plan_moves(&Default::default(), &config, 0.0)
-        .is_empty());
 }

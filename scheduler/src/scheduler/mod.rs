@@ -263,26 +263,8 @@ impl Scheduler {
         let takes_decodes = |s: &InstanceState| {
             Leaning::role_under(self.leaning.get(&s.meta.model), &s.meta) != InferStage::Prefill
         };
-        // Moving decoding requests off an instance for its prefill backlog or its slow steps
-        // makes it look lighter to a policy that weighs load without counting prefill work,
-        // and new prompts follow them there (long-context under least-load: 0.78x the goodput
-        // with those moves): they run only where the predictive policy, which counts it, or
-        // round-robin, which weighs nothing, places.
-        let speeds_decodes = |model: &str| {
-            matches!(
-                self.policy_for(model),
-                Policy::Predictive | Policy::RoundRobin
-            )
-        };
-        let mut orders = crate::rescheduler::plan_moves(
-            &self.cms,
-            busy,
-            config,
-            takes_decodes,
-            speeds_decodes,
-            now,
-            staleness,
-        );
+        let mut orders =
+            crate::rescheduler::plan_moves(&self.cms, busy, config, takes_decodes, now, staleness);
         let taken = |orders: &[crate::rescheduler::MoveOrder]| {
             let mut busy = busy.clone();
             busy.extend(orders.iter().flat_map(|o| [o.from.clone(), o.to.clone()]));
@@ -295,11 +277,7 @@ impl Scheduler {
             ));
         }
         for model in self.models() {
-            let Some(objective) = self
-                .slos_for(&model)
-                .tpot
-                .filter(|_| speeds_decodes(&model))
-            else {
+            let Some(objective) = self.slos_for(&model).tpot else {
                 continue;
             };
             let busy = taken(&orders);
