@@ -50,6 +50,26 @@ pub fn text_only(messages: &[ChatMessage]) -> bool {
     })
 }
 
+/// Bytes of the text the messages hold (string contents and text parts): what a chat's prompt
+/// is estimated from where the gateway cannot render it. Images and audio add none: how many
+/// tokens they take depends on the model's processor, and a base64 image's size says nothing
+/// of it (a 300 kB JPEG read as text would be about 75,000 tokens).
+pub fn text_bytes(messages: &[ChatMessage]) -> usize {
+    messages
+        .iter()
+        .map(|m| match &m.content {
+            None => 0,
+            Some(MessageContent::Text(t)) => t.len(),
+            Some(MessageContent::Parts(parts)) => parts
+                .iter()
+                .filter(|p| p.kind == "text")
+                .filter_map(|p| p.text.as_ref())
+                .map(String::len)
+                .sum(),
+        })
+        .sum()
+}
+
 /// A message's content as one text: its text parts joined.
 fn flat_content(content: Option<&MessageContent>) -> Result<String, ApiError> {
     match content {

@@ -9,7 +9,7 @@ use switchyard_protocol::openai::{
     check_chat, check_completion, settle_max_tokens, token_prompt, ApiError, ChatCompletionRequest,
     CompletionRequest, PromptInput, COMPLETION_MAX_TOKENS,
 };
-use switchyard_text::chat_prompt::{chat_prompt, text_only};
+use switchyard_text::chat_prompt::{chat_prompt, text_bytes, text_only};
 use switchyard_text::tokenizer::Tokenizer;
 
 /// A JSON body as `T`, or the OpenAI-style error that says what is wrong with it.
@@ -134,15 +134,18 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
             let req: ChatCompletionRequest = parse(body)?;
             let checked = check_chat(&req, vocab_size, &model.defaults)?;
             // Images and audio go to the engine as the client sent them, to take or refuse
-            // (vLLM and SGLang serve vision models; switchyard's engine answers a 400).
-            let tokenizer = model
-                .tokenizer
-                .as_ref()
-                .filter(|_| text_only(&req.messages));
+            // (vLLM and SGLang serve vision models; switchyard's engine answers a 400), their
+            // prompt estimated from the text alone.
+            let text_only = text_only(&req.messages);
+            let tokenizer = model.tokenizer.as_ref().filter(|_| text_only);
             let Some(tokenizer) = tokenizer else {
+                let bytes = match text_only {
+                    true => body.len(),
+                    false => text_bytes(&req.messages),
+                };
                 return Ok(Prepared {
                     model: model.name.clone(),
-                    prompt_tokens: estimated_tokens(body.len()),
+                    prompt_tokens: estimated_tokens(bytes),
                     block_hashes: Vec::new(),
                     max_tokens: checked.max_tokens.unwrap_or(0),
                     priority: req.sampling.priority.unwrap_or(0),
@@ -210,7 +213,16 @@ mod tests {
             {"type": "text", "text": "what is this?"},
             {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}]}"#;
         let p = prepare(Route::Chat, image, &model()).unwrap();
-        assert_eq!(p.prompt_tokens, image.len() as u32 / 4);
+        assert_eq!(p.prompt_tokens, "what is this?".len() as u32 / 4);
+        // Its estimate counts the text: an inline image's bytes are no tokens of it.
+        let inline = format!(
+            r#"{{"model": "m", "messages": [{{"role": "user", "content": [
+            {{"type": "text", "text": "what is this?"}},
+            {{"type": "image_url", "image_url": {{"url": "data:image/png;base64,{}"}}}}]}}]}}"#,
+            "A".repeat(400_000)
+        );
+        let p = prepare(Route::Chat, inline.as_bytes(), &model()).unwrap();
+        assert_eq!(p.prompt_tokens, "what is this?".len() as u32 / 4);
         assert!(p.prompt_ids.is_empty() && p.block_hashes.is_empty());
         // Text parts alone are rendered (this model has no template: refused here).
         let text = br#"{"model": "m", "messages": [{"role": "user", "content": [
