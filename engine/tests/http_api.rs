@@ -157,6 +157,13 @@ async fn completion_shape_and_usage() {
     let lp = &choices[0]["logprobs"];
     assert_eq!(lp["tokens"].as_array().unwrap().len(), 3);
     assert_eq!(lp["top_logprobs"][0].as_object().unwrap().len(), 2);
+
+    // A temperature past the OpenAI API's 2 is sampled at, as vLLM does.
+    let (status, hot) = e
+        .post("/v1/completions", json!({"prompt": "Hello", "max_tokens": 5, "ignore_eos": true, "temperature": 8.0, "seed": 3}))
+        .await;
+    assert_eq!(status, 200, "{hot}");
+    assert_eq!(hot["usage"]["completion_tokens"], 5);
 }
 
 #[tokio::test]
@@ -420,7 +427,7 @@ async fn bad_input_gets_openai_errors() {
         ),
         (
             "/v1/completions",
-            json!({"prompt": "x", "temperature": 5}),
+            json!({"prompt": "x", "temperature": -0.5}),
             400,
             "temperature",
         ),

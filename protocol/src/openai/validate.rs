@@ -8,7 +8,7 @@ use super::{ApiError, ChatCompletionRequest, CompletionRequest, SamplingFields};
 /// their defaults; an engine applies its model's generation defaults before checking.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckedFields {
-    /// Softmax temperature, 0 to 2.
+    /// Softmax temperature, at least 0.
     pub temperature: f32,
     /// Nucleus mass, above 0 to 1.
     pub top_p: f32,
@@ -78,13 +78,15 @@ pub fn check_fields(
     logprobs: Option<i64>,
     vocab_size: usize,
 ) -> Result<CheckedFields, ApiError> {
-    let temperature = range(
-        "temperature",
-        f.temperature.or(defaults.temperature),
-        0.0,
-        2.0,
-        1.0,
-    )?;
+    // Any non-negative temperature, as vLLM and SGLang take (the OpenAI API stops at 2).
+    let temperature = f.temperature.or(defaults.temperature).unwrap_or(1.0);
+    if !(0.0..=f64::from(f32::MAX)).contains(&temperature) {
+        return Err(ApiError::invalid_param(
+            "temperature",
+            format!("`temperature` must be a non-negative number, got {temperature}."),
+        ));
+    }
+    let temperature = temperature as f32;
     let top_p = range("top_p", f.top_p.or(defaults.top_p), 0.0, 1.0, 1.0)?;
     if top_p <= 0.0 {
         return Err(ApiError::invalid_param(
@@ -408,7 +410,7 @@ mod tests {
         use serde_json::json;
         for (body, param) in [
             (json!({"prompt": "x", "temperature": -1}), "temperature"),
-            (json!({"prompt": "x", "temperature": 2.5}), "temperature"),
+            (json!({"prompt": "x", "temperature": 1e39}), "temperature"),
             (json!({"prompt": "x", "top_p": 0}), "top_p"),
             (json!({"prompt": "x", "top_k": -3}), "top_k"),
             (json!({"prompt": "x", "min_p": 1.5}), "min_p"),
@@ -465,6 +467,14 @@ mod tests {
         .unwrap();
         assert_eq!((c.n, c.seed, c.temperature), (2, Some(7), 0.6));
         assert_eq!(c.stop_strings, vec!["END".to_string()]);
+        // Past the OpenAI API's 2, as vLLM and SGLang take it.
+        let hot = check_completion(
+            &completion(serde_json::json!({"prompt": "x", "temperature": 3.5})),
+            1000,
+            &SamplingDefaults::default(),
+        )
+        .unwrap();
+        assert_eq!(hot.temperature, 3.5);
         let chat: ChatCompletionRequest = serde_json::from_value(serde_json::json!({
             "messages": [{"role": "user", "content": "x"}],
             "top_logprobs": 2
