@@ -88,6 +88,27 @@ async fn fake(behaviour: Behaviour) -> Fake {
 /// The routes of a fake upstream that behaves as `behaviour`, counting its calls and recording
 /// what it saw.
 fn fake_app(behaviour: Behaviour, counted: Arc<AtomicUsize>, recorded: Seen) -> Router {
+    // Embeddings: one JSON answer (or the error status), as vLLM sends them.
+    let (embed_counted, embed_recorded) = (counted.clone(), recorded.clone());
+    let embed = move |body: axum::body::Bytes| {
+        let (counted, recorded) = (embed_counted.clone(), embed_recorded.clone());
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let seen = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            recorded.lock().unwrap().push((None, seen));
+            let status = match behaviour {
+                Behaviour::Answer(status) => status,
+                _ => 500,
+            };
+            let answer = json!({"object": "list", "model": "m",
+                "data": [{"object": "embedding", "index": 0, "embedding": [0.25, -0.5]}],
+                "usage": {"prompt_tokens": 2, "total_tokens": 2}});
+            (
+                axum::http::StatusCode::from_u16(status).unwrap(),
+                axum::Json(answer),
+            )
+        }
+    };
     let handler = move |headers: HeaderMap, body: axum::body::Bytes| {
         let (counted, recorded) = (counted.clone(), recorded.clone());
         async move {
@@ -141,6 +162,7 @@ fn fake_app(behaviour: Behaviour, counted: Arc<AtomicUsize>, recorded: Seen) -> 
     Router::new()
         .route("/v1/completions", post(handler.clone()))
         .route("/v1/chat/completions", post(handler))
+        .route("/v1/embeddings", post(embed))
 }
 
 /// A fake endpoint answering over TLS as `localhost`, with a certificate from a CA of its own:
@@ -390,6 +412,42 @@ async fn what_only_some_engines_follow_reaches_them_as_the_client_sent_it() {
     let (status, _, text) = call_route(&gw, "/v1/chat/completions", bad).await;
     assert_eq!(status, 400, "{text}");
     assert_eq!(vllm.calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn embeddings_are_placed_and_relayed_whole_as_the_engine_answered() {
+    // The first instance refuses with a 503: the request goes to the other, as any other.
+    let (busy, vllm) = (
+        fake(Behaviour::Answer(503)).await,
+        fake(Behaviour::Answer(200)).await,
+    );
+    let gw = gateway(
+        &[(&busy.url, EngineKind::Vllm), (&vllm.url, EngineKind::Vllm)],
+        flags(1),
+    )
+    .await;
+    let body = json!({"model": "m", "input": ["hello there", "world"], "encoding_format": "float",
+        "dimensions": 2});
+    let (status, instance, text) = call_route(&gw, "/v1/embeddings", body.clone()).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(instance, vllm.url);
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["data"][0]["embedding"], json!([0.25, -0.5]));
+    assert_eq!(busy.calls.load(Ordering::SeqCst), 1);
+    // Upstream as the client sent it: never made a stream.
+    assert_eq!(vllm.seen.lock().unwrap()[0].1, body);
+    // Bad inputs are refused before any engine sees them.
+    for bad in [
+        json!({"model": "m", "input": []}),
+        json!({"model": "m", "input": ""}),
+        json!({"model": "m", "input": [1, -2]}),
+        json!({"model": "m"}),
+    ] {
+        let (status, _, text) = call_route(&gw, "/v1/embeddings", bad.clone()).await;
+        assert_eq!(status, 400, "{bad}: {text}");
+    }
+    assert_eq!(vllm.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(busy.calls.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use switchyard_protocol::hashing::block_hashes;
 use switchyard_protocol::openai::{
     check_chat, check_completion, settle_max_tokens, token_prompt, ApiError, ChatCompletionRequest,
-    CompletionRequest, PromptInput, COMPLETION_MAX_TOKENS,
+    CompletionRequest, EmbeddingRequest, PromptInput, COMPLETION_MAX_TOKENS,
 };
 use switchyard_text::chat_prompt::{chat_prompt, text_bytes, text_only};
 use switchyard_text::tokenizer::Tokenizer;
@@ -128,6 +128,53 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
                 max_tokens: checked.max_tokens.unwrap_or(COMPLETION_MAX_TOKENS),
                 priority: req.sampling.priority.unwrap_or(0),
                 prompt_ids,
+            })
+        }
+        Route::Embeddings => {
+            let req: EmbeddingRequest = parse(body)?;
+            // Each input is checked as the engine would (its length, its token ids) and counted;
+            // the body goes upstream as the client sent it, placed without prefix hashes.
+            let as_input = |mut e: ApiError| {
+                e.body.error.param = Some("input".into());
+                e
+            };
+            let mut prompt_tokens = 0u32;
+            let mut inputs = 0;
+            for input in req.input.into_inputs() {
+                inputs += 1;
+                let tokens = match (input, &model.tokenizer) {
+                    (PromptInput::Text(text), Some(tokenizer)) => {
+                        encode(tokenizer, &text, true).map_err(as_input)?.len()
+                    }
+                    (PromptInput::Text(text), None) => estimated_tokens(text.len()) as usize,
+                    (PromptInput::Tokens(ids), _) => {
+                        token_prompt(&ids, vocab_size).map_err(as_input)?.len()
+                    }
+                };
+                if tokens == 0 {
+                    return Err(ApiError::invalid_param("input", "An input is empty."));
+                }
+                if let Some(len) = model.max_model_len.filter(|&len| tokens > len) {
+                    return Err(ApiError::invalid_param(
+                        "input",
+                        format!(
+                            "This model's maximum context length is {len} tokens, but an input \
+                             has {tokens} tokens."
+                        ),
+                    ));
+                }
+                prompt_tokens = prompt_tokens.saturating_add(tokens as u32);
+            }
+            if inputs == 0 {
+                return Err(ApiError::invalid_param("input", "`input` is empty."));
+            }
+            Ok(Prepared {
+                model: model.name.clone(),
+                prompt_tokens,
+                block_hashes: Vec::new(),
+                max_tokens: 0,
+                priority: 0,
+                prompt_ids: Vec::new(),
             })
         }
         Route::Chat => {

@@ -12,7 +12,7 @@ use crate::relay::session::{collect, stream_body, ResumeWith, Session};
 use crate::shared::{deadline_error, Route, Target};
 use crate::upstream::answer::Answer;
 use crate::upstream::engine_request::UpstreamRequest;
-use crate::upstream::open::Opener;
+use crate::upstream::open::{Opener, ReleaseOnDrop};
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
@@ -21,6 +21,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures::StreamExt;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -91,6 +92,7 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
     admin_only(admin, gateway.admin_key.clone())
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/embeddings", post(embeddings))
         .route("/v1/models", get(models))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
@@ -231,8 +233,12 @@ async fn admit_and_relay(
         .await?;
     let instance =
         HeaderValue::from_str(&opened.instance).unwrap_or(HeaderValue::from_static("unknown"));
-    if !opened.is_success() {
-        return Ok((passed_through(opened.response, instance), id));
+    // Embeddings come whole, relayed as they came (there is no stream to resume).
+    if !opened.is_success() || route == Route::Embeddings {
+        return Ok((
+            passed_through(opened.response, opened.release, instance),
+            id,
+        ));
     }
     let resume = opened.pool_model.as_deref().and_then(|name| {
         let prepared = match prepared {
@@ -298,9 +304,17 @@ async fn relayed(
     Ok(r)
 }
 
-/// An upstream refusal, relayed as it came.
-fn passed_through(upstream: Answer, instance: HeaderValue) -> Response {
-    let mut response = Response::new(Body::from_stream(upstream.body));
+/// An upstream answer relayed as it came: a refusal, or an embeddings answer. Its dispatch
+/// (`release`) is released once its body is sent or dropped.
+fn passed_through(
+    upstream: Answer,
+    release: Option<ReleaseOnDrop>,
+    instance: HeaderValue,
+) -> Response {
+    let body = upstream.body.inspect(move |_| {
+        let _held = &release;
+    });
+    let mut response = Response::new(Body::from_stream(body));
     *response.status_mut() = upstream.status;
     let headers = response.headers_mut();
     if let Some(v) = upstream.content_type {
@@ -354,6 +368,20 @@ async fn chat_completions(
     body: BodyResult,
 ) -> Response {
     answer_panics(Box::pin(handle(&gateway, Route::Chat, &headers, body))).await
+}
+
+async fn embeddings(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: BodyResult,
+) -> Response {
+    answer_panics(Box::pin(handle(
+        &gateway,
+        Route::Embeddings,
+        &headers,
+        body,
+    )))
+    .await
 }
 
 async fn instances(State(gateway): State<Arc<Gateway>>) -> Response {

@@ -96,6 +96,8 @@ impl Serialize for Assembler {
         let object = match self.route {
             Route::Completions => "text_completion",
             Route::Chat => "chat.completion",
+            // Relayed whole, as the instance sent them; never assembled.
+            Route::Embeddings => "list",
         };
         let mut map = s.serialize_map(None)?;
         for (key, value) in &self.head {
@@ -130,7 +132,7 @@ impl Serialize for ChoiceOut<'_> {
         let mut map = s.serialize_map(None)?;
         map.serialize_entry("index", &self.index)?;
         match self.route {
-            Route::Completions => map.serialize_entry("text", &c.text)?,
+            Route::Completions | Route::Embeddings => map.serialize_entry("text", &c.text)?,
             Route::Chat => map.serialize_entry(
                 "message",
                 &Message {

@@ -447,7 +447,10 @@ impl Session {
         }
         let mut chunk: Value = serde_json::from_slice(self.last_chunk.as_ref()?).ok()?;
         let choice = match self.upstream.route() {
-            Route::Completions => json!({"index": 0, "text": held, "finish_reason": null}),
+            // (Embeddings are relayed whole: never a chunk.)
+            Route::Completions | Route::Embeddings => {
+                json!({"index": 0, "text": held, "finish_reason": null})
+            }
             Route::Chat => json!({"index": 0, "delta": {"content": held}, "finish_reason": null}),
         };
         chunk["choices"] = json!([choice]);

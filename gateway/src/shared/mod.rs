@@ -75,6 +75,8 @@ pub enum Route {
     Completions,
     /// `/v1/chat/completions`.
     Chat,
+    /// `/v1/embeddings`: answered whole, relayed as the instance sent it.
+    Embeddings,
 }
 
 impl Route {
@@ -83,6 +85,7 @@ impl Route {
         match self {
             Route::Completions => "/v1/completions",
             Route::Chat => "/v1/chat/completions",
+            Route::Embeddings => "/v1/embeddings",
         }
     }
 }

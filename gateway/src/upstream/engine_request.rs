@@ -1,5 +1,5 @@
 //! The bodies the gateway sends upstream. Upstream answers are always streamed, with usage on
-//! the last chunk. Engines that take token ids get the prompt the gateway already tokenized
+//! the last chunk (embeddings excepted: they go as the client sent them, answered whole). Engines that take token ids get the prompt the gateway already tokenized
 //! (switchyard: completions and chat; vLLM: completions); others get the client's request. A
 //! broken stream is resumed on a switchyard engine with the prompt plus the tokens generated so
 //! far, asking only for what is left.
@@ -79,9 +79,9 @@ impl UpstreamRequest {
             == Some(true)
     }
 
-    /// Whether the client asked for a stream.
+    /// Whether the client asked for a stream (embeddings never stream).
     pub fn streams(&self) -> bool {
-        self.body.get_as::<bool>("stream") == Some(true)
+        self.route != Route::Embeddings && self.body.get_as::<bool>("stream") == Some(true)
     }
 
     /// The body for an instance of the pool serving `model`, of engine `kind`.
@@ -105,6 +105,8 @@ impl UpstreamRequest {
             let done = resume.generated.len() as i64;
             let limit = match self.route {
                 Route::Completions => self.body.get_as::<i64>("max_tokens").or(Some(16)),
+                // Embeddings are never streamed, so never resumed.
+                Route::Embeddings => None,
                 Route::Chat => {
                     changes.push(("max_completion_tokens", None));
                     self.body
@@ -139,8 +141,12 @@ impl UpstreamRequest {
             .unwrap_or_default()
     }
 
-    /// The changes that make the client's body streamed, with usage at the end.
+    /// The changes that make the client's body streamed, with usage at the end (none for
+    /// embeddings, answered whole).
     fn streamed(&self) -> Vec<Change<'static>> {
+        if self.route == Route::Embeddings {
+            return Vec::new();
+        }
         let mut changes = vec![("stream", Some(Cow::Borrowed("true")))];
         if self.body.get("stream_options").is_some() {
             let mut options = self.stream_options();

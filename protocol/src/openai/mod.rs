@@ -6,6 +6,7 @@
 pub mod chat;
 pub mod common;
 pub mod completions;
+pub mod embeddings;
 pub mod error;
 pub mod models;
 pub mod tokenize;
@@ -15,6 +16,7 @@ pub mod vllm_only;
 pub use chat::*;
 pub use common::*;
 pub use completions::*;
+pub use embeddings::*;
 pub use error::*;
 pub use models::*;
 pub use tokenize::*;

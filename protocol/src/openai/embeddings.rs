@@ -1,0 +1,36 @@
+//! `/v1/embeddings` requests, as far as a router reads them: the model and the inputs, whose
+//! size places the request. The other fields (`encoding_format`, `dimensions`, vLLM's pooling
+//! options) go to the engine as the client sent them.
+
+use crate::openai::completions::Prompt;
+use serde::Deserialize;
+
+/// An embeddings request.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct EmbeddingRequest {
+    /// The served model name; optional when the server has one model.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// What to embed: a text, texts, token ids or lists of token ids, as a completion's prompt.
+    pub input: Prompt,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inputs_read_as_prompts_do() {
+        let one: EmbeddingRequest =
+            serde_json::from_value(serde_json::json!({"model": "e", "input": "hello"})).unwrap();
+        assert_eq!(one.input, Prompt::Text("hello".into()));
+        let batch: EmbeddingRequest = serde_json::from_value(
+            serde_json::json!({"input": [[1, 2], [3]], "encoding_format": "base64"}),
+        )
+        .unwrap();
+        assert_eq!(batch.input, Prompt::TokensBatch(vec![vec![1, 2], vec![3]]));
+        assert!(
+            serde_json::from_value::<EmbeddingRequest>(serde_json::json!({"model": "e"})).is_err()
+        );
+    }
+}
