@@ -88,7 +88,7 @@ async fn fake(behaviour: Behaviour) -> Fake {
 /// The routes of a fake upstream that behaves as `behaviour`, counting its calls and recording
 /// what it saw.
 fn fake_app(behaviour: Behaviour, counted: Arc<AtomicUsize>, recorded: Seen) -> Router {
-    // Embeddings: one JSON answer (or the error status), as vLLM sends them.
+    // Embeddings and reranks: one JSON answer (or the error status), as vLLM sends them.
     let (embed_counted, embed_recorded) = (counted.clone(), recorded.clone());
     let embed = move |body: axum::body::Bytes| {
         let (counted, recorded) = (embed_counted.clone(), embed_recorded.clone());
@@ -162,7 +162,8 @@ fn fake_app(behaviour: Behaviour, counted: Arc<AtomicUsize>, recorded: Seen) -> 
     Router::new()
         .route("/v1/completions", post(handler.clone()))
         .route("/v1/chat/completions", post(handler))
-        .route("/v1/embeddings", post(embed))
+        .route("/v1/embeddings", post(embed.clone()))
+        .route("/v1/rerank", post(embed))
 }
 
 /// A fake endpoint answering over TLS as `localhost`, with a certificate from a CA of its own:
@@ -415,7 +416,7 @@ async fn what_only_some_engines_follow_reaches_them_as_the_client_sent_it() {
 }
 
 #[tokio::test]
-async fn embeddings_are_placed_and_relayed_whole_as_the_engine_answered() {
+async fn embeddings_and_reranks_are_placed_and_relayed_whole_as_the_engine_answered() {
     // The first instance refuses with a 503: the request goes to the other, as any other.
     let (busy, vllm) = (
         fake(Behaviour::Answer(503)).await,
@@ -448,6 +449,21 @@ async fn embeddings_are_placed_and_relayed_whole_as_the_engine_answered() {
     }
     assert_eq!(vllm.calls.load(Ordering::SeqCst), 1);
     assert_eq!(busy.calls.load(Ordering::SeqCst), 1);
+    // Reranks go the same way, on `/v1/rerank` and vLLM's `/rerank`.
+    let rerank = json!({"model": "m", "query": "which?", "documents": ["a cat", {"text": "a dog"}],
+        "top_n": 1});
+    for route in ["/v1/rerank", "/rerank"] {
+        let (status, _, text) = call_route(&gw, route, rerank.clone()).await;
+        assert_eq!(status, 200, "{text}");
+        assert_eq!(vllm.seen.lock().unwrap().last().unwrap().1, rerank);
+    }
+    for bad in [
+        json!({"model": "m", "query": "q", "documents": []}),
+        json!({"model": "m", "documents": ["a"]}),
+    ] {
+        let (status, _, text) = call_route(&gw, "/v1/rerank", bad.clone()).await;
+        assert_eq!(status, 400, "{bad}: {text}");
+    }
 }
 
 #[tokio::test]

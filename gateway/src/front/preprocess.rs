@@ -7,7 +7,7 @@ use bytes::Bytes;
 use switchyard_protocol::hashing::block_hashes;
 use switchyard_protocol::openai::{
     check_chat, check_completion, settle_max_tokens, token_prompt, ApiError, ChatCompletionRequest,
-    CompletionRequest, EmbeddingRequest, PromptInput, COMPLETION_MAX_TOKENS,
+    CompletionRequest, EmbeddingRequest, PromptInput, RerankRequest, COMPLETION_MAX_TOKENS,
 };
 use switchyard_text::chat_prompt::{chat_prompt, text_bytes, text_only};
 use switchyard_text::tokenizer::Tokenizer;
@@ -167,6 +167,38 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
             }
             if inputs == 0 {
                 return Err(ApiError::invalid_param("input", "`input` is empty."));
+            }
+            Ok(Prepared {
+                model: model.name.clone(),
+                prompt_tokens,
+                block_hashes: Vec::new(),
+                max_tokens: 0,
+                priority: 0,
+                prompt_ids: Vec::new(),
+            })
+        }
+        Route::Rerank => {
+            let req: RerankRequest = parse(body)?;
+            if req.documents.is_empty() {
+                return Err(ApiError::invalid_param(
+                    "documents",
+                    "`documents` is empty.",
+                ));
+            }
+            // Each document is scored with the query: both counted once a document. A document
+            // that is not text (vLLM's multimodal ones) counts as its JSON.
+            let count = |text: &str| match &model.tokenizer {
+                Some(tokenizer) => encode(tokenizer, text, false).map(|ids| ids.len()),
+                None => Ok(estimated_tokens(text.len()) as usize),
+            };
+            let query = count(&req.query)?;
+            let mut prompt_tokens = 0u32;
+            for document in &req.documents {
+                let tokens = match document.as_str() {
+                    Some(text) => count(text)?,
+                    None => estimated_tokens(document.to_string().len()) as usize,
+                };
+                prompt_tokens = prompt_tokens.saturating_add((query + tokens) as u32);
             }
             Ok(Prepared {
                 model: model.name.clone(),

@@ -93,6 +93,8 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/embeddings", post(embeddings))
+        .route("/v1/rerank", post(rerank))
+        .route("/rerank", post(rerank))
         .route("/v1/models", get(models))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
@@ -233,8 +235,8 @@ async fn admit_and_relay(
         .await?;
     let instance =
         HeaderValue::from_str(&opened.instance).unwrap_or(HeaderValue::from_static("unknown"));
-    // Embeddings come whole, relayed as they came (there is no stream to resume).
-    if !opened.is_success() || route == Route::Embeddings {
+    // Embeddings and reranks come whole, relayed as they came (no stream to resume).
+    if !opened.is_success() || route.answered_whole() {
         return Ok((
             passed_through(opened.response, opened.release, instance),
             id,
@@ -304,7 +306,7 @@ async fn relayed(
     Ok(r)
 }
 
-/// An upstream answer relayed as it came: a refusal, or an embeddings answer. Its dispatch
+/// An upstream answer relayed as it came: a refusal, or an answer given whole. Its dispatch
 /// (`release`) is released once its body is sent or dropped.
 fn passed_through(
     upstream: Answer,
@@ -382,6 +384,14 @@ async fn embeddings(
         body,
     )))
     .await
+}
+
+async fn rerank(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: BodyResult,
+) -> Response {
+    answer_panics(Box::pin(handle(&gateway, Route::Rerank, &headers, body))).await
 }
 
 async fn instances(State(gateway): State<Arc<Gateway>>) -> Response {

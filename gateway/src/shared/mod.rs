@@ -77,15 +77,23 @@ pub enum Route {
     Chat,
     /// `/v1/embeddings`: answered whole, relayed as the instance sent it.
     Embeddings,
+    /// `/v1/rerank` (and `/rerank`): answered whole, as embeddings are.
+    Rerank,
 }
 
 impl Route {
+    /// Whether the answer comes whole, relayed as the instance sent it: no stream to resume.
+    pub fn answered_whole(self) -> bool {
+        matches!(self, Route::Embeddings | Route::Rerank)
+    }
+
     /// The path on the engine.
     pub fn path(self) -> &'static str {
         match self {
             Route::Completions => "/v1/completions",
             Route::Chat => "/v1/chat/completions",
             Route::Embeddings => "/v1/embeddings",
+            Route::Rerank => "/v1/rerank",
         }
     }
 }

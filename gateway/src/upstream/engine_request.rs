@@ -1,5 +1,5 @@
 //! The bodies the gateway sends upstream. Upstream answers are always streamed, with usage on
-//! the last chunk (embeddings excepted: they go as the client sent them, answered whole). Engines that take token ids get the prompt the gateway already tokenized
+//! the last chunk (embeddings and reranks excepted: they go as the client sent them, answered whole). Engines that take token ids get the prompt the gateway already tokenized
 //! (switchyard: completions and chat; vLLM: completions); others get the client's request. A
 //! broken stream is resumed on a switchyard engine with the prompt plus the tokens generated so
 //! far, asking only for what is left.
@@ -79,9 +79,9 @@ impl UpstreamRequest {
             == Some(true)
     }
 
-    /// Whether the client asked for a stream (embeddings never stream).
+    /// Whether the client asked for a stream (embeddings and reranks never stream).
     pub fn streams(&self) -> bool {
-        self.route != Route::Embeddings && self.body.get_as::<bool>("stream") == Some(true)
+        !self.route.answered_whole() && self.body.get_as::<bool>("stream") == Some(true)
     }
 
     /// The body for an instance of the pool serving `model`, of engine `kind`.
@@ -105,8 +105,8 @@ impl UpstreamRequest {
             let done = resume.generated.len() as i64;
             let limit = match self.route {
                 Route::Completions => self.body.get_as::<i64>("max_tokens").or(Some(16)),
-                // Embeddings are never streamed, so never resumed.
-                Route::Embeddings => None,
+                // Answered whole, never streamed, so never resumed.
+                Route::Embeddings | Route::Rerank => None,
                 Route::Chat => {
                     changes.push(("max_completion_tokens", None));
                     self.body
@@ -141,10 +141,10 @@ impl UpstreamRequest {
             .unwrap_or_default()
     }
 
-    /// The changes that make the client's body streamed, with usage at the end (none for
-    /// embeddings, answered whole).
+    /// The changes that make the client's body streamed, with usage at the end (none for a
+    /// route answered whole).
     fn streamed(&self) -> Vec<Change<'static>> {
-        if self.route == Route::Embeddings {
+        if self.route.answered_whole() {
             return Vec::new();
         }
         let mut changes = vec![("stream", Some(Cow::Borrowed("true")))];

@@ -1,6 +1,6 @@
-//! `/v1/embeddings` requests, as far as a router reads them: the model and the inputs, whose
-//! size places the request. The other fields (`encoding_format`, `dimensions`, vLLM's pooling
-//! options) go to the engine as the client sent them.
+//! `/v1/embeddings` and `/v1/rerank` requests, as far as a router reads them: the model and the
+//! texts, whose size places the request. The other fields (`encoding_format`, `dimensions`,
+//! `top_n`, vLLM's pooling options) go to the engine as the client sent them.
 
 use crate::openai::completions::Prompt;
 use serde::Deserialize;
@@ -13,6 +13,19 @@ pub struct EmbeddingRequest {
     pub model: Option<String>,
     /// What to embed: a text, texts, token ids or lists of token ids, as a completion's prompt.
     pub input: Prompt,
+}
+
+/// A rerank request (vLLM's and SGLang's `/v1/rerank`, after Cohere's and Jina's): the
+/// documents scored against the query.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct RerankRequest {
+    /// The served model name; optional when the server has one model.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The query.
+    pub query: String,
+    /// The documents: texts, or objects (vLLM's multimodal documents) passed on as they are.
+    pub documents: Vec<serde_json::Value>,
 }
 
 #[cfg(test)]
@@ -32,5 +45,10 @@ mod tests {
         assert!(
             serde_json::from_value::<EmbeddingRequest>(serde_json::json!({"model": "e"})).is_err()
         );
+        let rerank: RerankRequest = serde_json::from_value(
+            serde_json::json!({"model": "r", "query": "q", "documents": ["a", "b"], "top_n": 1}),
+        )
+        .unwrap();
+        assert_eq!(rerank.documents.len(), 2);
     }
 }
