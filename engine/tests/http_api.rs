@@ -544,6 +544,11 @@ async fn bad_input_gets_openai_errors() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 404);
+    // vLLM's pooling routes: a 404 that says where such models are served.
+    let (status, err) = e.post("/v1/embeddings", json!({"input": "x"})).await;
+    assert_eq!(status, 404);
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(message.contains("vLLM or SGLang"), "{message}");
     let r = e
         .client
         .post(format!("{}/v1/completions", e.base))

@@ -200,11 +200,30 @@ fn wants_token_ids(headers: &axum::http::HeaderMap) -> bool {
     headers.contains_key(switchyard_protocol::TOKEN_IDS_HEADER)
 }
 
+/// Pooling routes vLLM and SGLang serve that this engine, which generates text, does not.
+const POOLING_ROUTES: [&str; 8] = [
+    "/v1/embeddings",
+    "/v1/rerank",
+    "/rerank",
+    "/v2/rerank",
+    "/v1/score",
+    "/score",
+    "/classify",
+    "/pooling",
+];
+
 async fn not_found(req: Request) -> HttpError {
+    let path = req.uri().path();
+    let why = match POOLING_ROUTES.contains(&path) {
+        true => {
+            " This engine generates text (completions and chat); serve embedding, reranking \
+                 and scoring models with vLLM or SGLang behind switchyard."
+        }
+        false => "",
+    };
     HttpError(ApiError::not_found(format!(
-        "No route for {} {}.",
-        req.method(),
-        req.uri().path()
+        "No route for {} {path}.{why}",
+        req.method()
     )))
 }
 
