@@ -163,6 +163,8 @@ fn fake_app(behaviour: Behaviour, counted: Arc<AtomicUsize>, recorded: Seen) -> 
         .route("/v1/completions", post(handler.clone()))
         .route("/v1/chat/completions", post(handler))
         .route("/v1/embeddings", post(embed.clone()))
+        .route("/classify", post(embed.clone()))
+        .route("/pooling", post(embed.clone()))
         .route("/v1/rerank", post(embed))
 }
 
@@ -416,7 +418,7 @@ async fn what_only_some_engines_follow_reaches_them_as_the_client_sent_it() {
 }
 
 #[tokio::test]
-async fn embeddings_and_reranks_are_placed_and_relayed_whole_as_the_engine_answered() {
+async fn pooling_routes_are_placed_and_relayed_whole_as_the_engine_answered() {
     // The first instance refuses with a 503: the request goes to the other, as any other.
     let (busy, vllm) = (
         fake(Behaviour::Answer(503)).await,
@@ -449,6 +451,13 @@ async fn embeddings_and_reranks_are_placed_and_relayed_whole_as_the_engine_answe
     }
     assert_eq!(vllm.calls.load(Ordering::SeqCst), 1);
     assert_eq!(busy.calls.load(Ordering::SeqCst), 1);
+    // vLLM's other pooling routes take the same inputs.
+    for route in ["/classify", "/pooling"] {
+        let (status, _, text) = call_route(&gw, route, json!({"model": "m", "input": "x"})).await;
+        assert_eq!(status, 200, "{route}: {text}");
+        let (status, _, _) = call_route(&gw, route, json!({"model": "m", "input": []})).await;
+        assert_eq!(status, 400, "{route}");
+    }
     // Reranks go the same way, on `/v1/rerank` and vLLM's `/rerank`.
     let rerank = json!({"model": "m", "query": "which?", "documents": ["a cat", {"text": "a dog"}],
         "top_n": 1});

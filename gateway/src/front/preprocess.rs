@@ -2,7 +2,7 @@
 //! chained block hashes, computed with the same tokenizer and template as the engines.
 
 use crate::shared::raw_object::RawObject;
-use crate::shared::{Prepared, Route, ServedModel};
+use crate::shared::{Pooling, Prepared, Route, ServedModel};
 use bytes::Bytes;
 use switchyard_protocol::hashing::block_hashes;
 use switchyard_protocol::openai::{
@@ -130,7 +130,7 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
                 prompt_ids,
             })
         }
-        Route::Embeddings => {
+        Route::Whole(Pooling::Embeddings | Pooling::Classify | Pooling::Pooling) => {
             let req: EmbeddingRequest = parse(body)?;
             // Each input is checked as the engine would (its length, its token ids) and counted;
             // the body goes upstream as the client sent it, placed without prefix hashes.
@@ -177,7 +177,7 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
                 prompt_ids: Vec::new(),
             })
         }
-        Route::Rerank => {
+        Route::Whole(Pooling::Rerank) => {
             let req: RerankRequest = parse(body)?;
             if req.documents.is_empty() {
                 return Err(ApiError::invalid_param(

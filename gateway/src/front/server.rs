@@ -9,7 +9,7 @@ use crate::front::tokenize;
 use crate::metrics::GatewayMetrics;
 use crate::relay::observe::RelayObserver;
 use crate::relay::session::{collect, stream_body, ResumeWith, Session};
-use crate::shared::{deadline_error, Route, Target};
+use crate::shared::{deadline_error, Pooling, Route, Target};
 use crate::upstream::answer::Answer;
 use crate::upstream::engine_request::UpstreamRequest;
 use crate::upstream::open::{Opener, ReleaseOnDrop};
@@ -19,7 +19,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::{Json, Router};
 use futures::StreamExt;
 use std::borrow::Cow;
@@ -92,9 +92,11 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
     admin_only(admin, gateway.admin_key.clone())
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/embeddings", post(embeddings))
-        .route("/v1/rerank", post(rerank))
-        .route("/rerank", post(rerank))
+        .route("/v1/embeddings", pooling(Pooling::Embeddings))
+        .route("/classify", pooling(Pooling::Classify))
+        .route("/pooling", pooling(Pooling::Pooling))
+        .route("/v1/rerank", pooling(Pooling::Rerank))
+        .route("/rerank", pooling(Pooling::Rerank))
         .route("/v1/models", get(models))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
@@ -235,7 +237,7 @@ async fn admit_and_relay(
         .await?;
     let instance =
         HeaderValue::from_str(&opened.instance).unwrap_or(HeaderValue::from_static("unknown"));
-    // Embeddings and reranks come whole, relayed as they came (no stream to resume).
+    // Pooling routes' answers come whole, relayed as they came (no stream to resume).
     if !opened.is_success() || route.answered_whole() {
         return Ok((
             passed_through(opened.response, opened.release, instance),
@@ -372,26 +374,14 @@ async fn chat_completions(
     answer_panics(Box::pin(handle(&gateway, Route::Chat, &headers, body))).await
 }
 
-async fn embeddings(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    body: BodyResult,
-) -> Response {
-    answer_panics(Box::pin(handle(
-        &gateway,
-        Route::Embeddings,
-        &headers,
-        body,
-    )))
-    .await
-}
-
-async fn rerank(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    body: BodyResult,
-) -> Response {
-    answer_panics(Box::pin(handle(&gateway, Route::Rerank, &headers, body))).await
+/// The handler of a pooling route: placed as completions are, answered whole.
+fn pooling(kind: Pooling) -> MethodRouter<Arc<Gateway>> {
+    post(
+        move |State(gateway): State<Arc<Gateway>>, headers: HeaderMap, body: BodyResult| async move {
+            let route = Route::Whole(kind);
+            answer_panics(Box::pin(handle(&gateway, route, &headers, body))).await
+        },
+    )
 }
 
 async fn instances(State(gateway): State<Arc<Gateway>>) -> Response {

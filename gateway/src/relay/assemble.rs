@@ -97,7 +97,7 @@ impl Serialize for Assembler {
             Route::Completions => "text_completion",
             Route::Chat => "chat.completion",
             // Relayed whole, as the instance sent them; never assembled.
-            Route::Embeddings | Route::Rerank => "list",
+            Route::Whole(_) => "list",
         };
         let mut map = s.serialize_map(None)?;
         for (key, value) in &self.head {
@@ -132,9 +132,7 @@ impl Serialize for ChoiceOut<'_> {
         let mut map = s.serialize_map(None)?;
         map.serialize_entry("index", &self.index)?;
         match self.route {
-            Route::Completions | Route::Embeddings | Route::Rerank => {
-                map.serialize_entry("text", &c.text)?
-            }
+            Route::Completions | Route::Whole(_) => map.serialize_entry("text", &c.text)?,
             Route::Chat => map.serialize_entry(
                 "message",
                 &Message {

@@ -447,8 +447,8 @@ impl Session {
         }
         let mut chunk: Value = serde_json::from_slice(self.last_chunk.as_ref()?).ok()?;
         let choice = match self.upstream.route() {
-            // (Embeddings and reranks are relayed whole: never a chunk.)
-            Route::Completions | Route::Embeddings | Route::Rerank => {
+            // (Pooling routes are relayed whole: never a chunk.)
+            Route::Completions | Route::Whole(_) => {
                 json!({"index": 0, "text": held, "finish_reason": null})
             }
             Route::Chat => json!({"index": 0, "delta": {"content": held}, "finish_reason": null}),

@@ -75,16 +75,28 @@ pub enum Route {
     Completions,
     /// `/v1/chat/completions`.
     Chat,
-    /// `/v1/embeddings`: answered whole, relayed as the instance sent it.
+    /// A pooling model's route (vLLM's, SGLang's): answered whole, relayed as the instance
+    /// sent it.
+    Whole(Pooling),
+}
+
+/// The pooling routes, answered whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooling {
+    /// `/v1/embeddings`.
     Embeddings,
-    /// `/v1/rerank` (and `/rerank`): answered whole, as embeddings are.
+    /// vLLM's `/classify`.
+    Classify,
+    /// vLLM's `/pooling`.
+    Pooling,
+    /// `/v1/rerank` (and vLLM's `/rerank`).
     Rerank,
 }
 
 impl Route {
     /// Whether the answer comes whole, relayed as the instance sent it: no stream to resume.
     pub fn answered_whole(self) -> bool {
-        matches!(self, Route::Embeddings | Route::Rerank)
+        matches!(self, Route::Whole(_))
     }
 
     /// The path on the engine.
@@ -92,8 +104,10 @@ impl Route {
         match self {
             Route::Completions => "/v1/completions",
             Route::Chat => "/v1/chat/completions",
-            Route::Embeddings => "/v1/embeddings",
-            Route::Rerank => "/v1/rerank",
+            Route::Whole(Pooling::Embeddings) => "/v1/embeddings",
+            Route::Whole(Pooling::Classify) => "/classify",
+            Route::Whole(Pooling::Pooling) => "/pooling",
+            Route::Whole(Pooling::Rerank) => "/v1/rerank",
         }
     }
 }

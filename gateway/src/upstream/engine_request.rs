@@ -106,7 +106,7 @@ impl UpstreamRequest {
             let limit = match self.route {
                 Route::Completions => self.body.get_as::<i64>("max_tokens").or(Some(16)),
                 // Answered whole, never streamed, so never resumed.
-                Route::Embeddings | Route::Rerank => None,
+                Route::Whole(_) => None,
                 Route::Chat => {
                     changes.push(("max_completion_tokens", None));
                     self.body

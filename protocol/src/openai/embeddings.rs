@@ -1,11 +1,11 @@
-//! `/v1/embeddings` and `/v1/rerank` requests, as far as a router reads them: the model and the
-//! texts, whose size places the request. The other fields (`encoding_format`, `dimensions`,
+//! Pooling requests (`/v1/embeddings`, vLLM's `/classify` and `/pooling`, `/v1/rerank`), as far
+//! as a router reads them: the model and the texts, whose size places the request. The other fields (`encoding_format`, `dimensions`,
 //! `top_n`, vLLM's pooling options) go to the engine as the client sent them.
 
 use crate::openai::completions::Prompt;
 use serde::Deserialize;
 
-/// An embeddings request.
+/// An embeddings request (and vLLM's `/classify` and `/pooling`, which take the same `input`).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct EmbeddingRequest {
     /// The served model name; optional when the server has one model.
