@@ -9,7 +9,7 @@ use crate::front::tokenize;
 use crate::metrics::GatewayMetrics;
 use crate::relay::observe::RelayObserver;
 use crate::relay::session::{collect, stream_body, ResumeWith, Session};
-use crate::shared::{deadline_error, Pooling, Route, Target};
+use crate::shared::{deadline_error, Pooling, Route, ServedModel, Target};
 use crate::upstream::answer::Answer;
 use crate::upstream::engine_request::UpstreamRequest;
 use crate::upstream::open::{Opener, ReleaseOnDrop};
@@ -412,20 +412,49 @@ async fn reload_routes(State(gateway): State<Arc<Gateway>>) -> Response {
 }
 
 async fn models(State(gateway): State<Arc<Gateway>>) -> Json<ModelList> {
+    let names = gateway.routes.table().model_names();
     Json(ModelList {
         object: "list".into(),
-        data: gateway
-            .routes
-            .table()
-            .model_names()
-            .into_iter()
-            .map(|id| ModelCard {
+        data: model_cards(names, &gateway.models.snapshot()),
+    })
+}
+
+/// The cards of the models named `names`, with the context length of those the pool serves
+/// where it is known (vLLM's `max_model_len`, which clients read to size their prompts).
+fn model_cards(names: Vec<String>, pool: &[ServedModel]) -> Vec<ModelCard> {
+    names
+        .into_iter()
+        .map(|id| {
+            let max_model_len = pool
+                .iter()
+                .find(|m| m.name == id)
+                .and_then(|m| m.max_model_len)
+                .map(|len| len as u64);
+            ModelCard {
                 id,
                 object: "model".into(),
                 created: 0,
                 owned_by: "switchyard".into(),
-                max_model_len: None,
-            })
-            .collect(),
-    })
+                max_model_len,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_models_card_says_its_context_length_where_known() {
+        let mut known = ServedModel::text_only("m".into(), 16);
+        known.max_model_len = Some(4096);
+        let names = vec!["m".into(), "outside".into()];
+        let cards = model_cards(names, &[known]);
+        assert_eq!(cards[0].max_model_len, Some(4096));
+        assert_eq!(
+            (cards[1].id.as_str(), cards[1].max_model_len),
+            ("outside", None)
+        );
+    }
 }
