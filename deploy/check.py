@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Builds every overlay of deploy/ with `kubectl kustomize`, validates the built-in kinds with
 kubernetes-validate (strict: unknown fields are errors), and checks what the schemas cannot:
-probes, resource requests, drain time, the gateway's `http` port, engine discovery labels, and the
-custom resources' required fields. Writes each overlay's route config to OUT_DIR/<overlay>.json
+probes, resource requests, drain time, the gateway's `http` port, engine discovery labels, the
+custom resources' required fields, and that an autoscaler's averaged signal is compared as it is. Writes each overlay's route config to OUT_DIR/<overlay>.json
 for the caller to parse with the gateway's own parser.
 
   python3 deploy/check.py OUT_DIR
@@ -17,7 +17,8 @@ import kubernetes_validate
 import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OVERLAYS = ["sim", "gpu", "vllm", "pd", "autoscaling", "traffic-splitting", "traffic-mirror"]
+OVERLAYS = ["sim", "gpu", "vllm", "pd", "autoscaling", "pd-autoscaling", "traffic-splitting",
+            "traffic-mirror"]
 CUSTOM_KINDS = {
     "ServiceMonitor": ["spec.selector", "spec.endpoints"],
     "PodMonitor": ["spec.selector", "spec.podMetricsEndpoints"],
@@ -63,6 +64,14 @@ def check_overlay(name, out_dir):
         for required in CUSTOM_KINDS.get(doc["kind"], []):
             if field(doc, required) in (None, [], {}):
                 problems.append(f"{doc['kind']} {doc['metadata']['name']}: no {required}")
+        if doc["kind"] == "ScaledObject":
+            for trigger in doc["spec"].get("triggers", []):
+                query = trigger.get("metadata", {}).get("query", "")
+                # The HPA divides an AverageValue metric by the replicas: an average must be
+                # compared as it is.
+                if "avg(" in query and trigger.get("metricType") != "Value":
+                    problems.append(f"ScaledObject {doc['metadata']['name']}: `{query}` is an "
+                                    "average, so its trigger needs metricType: Value")
         for template in pod_specs(doc):
             labels = template["metadata"]["labels"]
             spec = template["spec"]

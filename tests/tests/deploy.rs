@@ -42,6 +42,7 @@ fn every_overlay_builds_validates_and_routes_parse() {
         ("sim", "qwen3-0.6b"),
         ("pd", "qwen3-0.6b"),
         ("autoscaling", "qwen3-0.6b"),
+        ("pd-autoscaling", "qwen3-0.6b"),
         ("traffic-splitting", "qwen3-0.6b"),
         ("traffic-mirror", "qwen3-0.6b"),
         ("gpu", "qwen3-8b"),
