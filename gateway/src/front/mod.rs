@@ -1,11 +1,13 @@
 //! The front wing: what a client meets. [`server`] wires the OpenAI routes; [`admission`] and
 //! [`slots`] apply keys, rates and concurrency; [`preprocess`] checks, renders, tokenizes and
-//! hashes a request for one of the models in the [`model_book`]; [`routes`] says where a model's
-//! requests go; [`guarded_body`] reads a body within its limit.
+//! hashes a request for one of the models in the [`model_book`] ([`pooling`] those for
+//! embedding and reranking models); [`routes`] says where a model's requests go;
+//! [`guarded_body`] reads a body within its limit.
 
 pub mod admission;
 pub mod guarded_body;
 pub mod model_book;
+pub mod pooling;
 pub mod preprocess;
 pub mod routes;
 pub mod server;

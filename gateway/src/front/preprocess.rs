@@ -2,12 +2,12 @@
 //! chained block hashes, computed with the same tokenizer and template as the engines.
 
 use crate::shared::raw_object::RawObject;
-use crate::shared::{Pooling, Prepared, Route, ServedModel};
+use crate::shared::{Prepared, Route, ServedModel};
 use bytes::Bytes;
 use switchyard_protocol::hashing::block_hashes;
 use switchyard_protocol::openai::{
     check_chat, check_completion, settle_max_tokens, token_prompt, ApiError, ChatCompletionRequest,
-    CompletionRequest, EmbeddingRequest, PromptInput, RerankRequest, COMPLETION_MAX_TOKENS,
+    CompletionRequest, PromptInput, COMPLETION_MAX_TOKENS,
 };
 use switchyard_text::chat_prompt::{chat_prompt, text_bytes, text_only};
 use switchyard_text::tokenizer::Tokenizer;
@@ -26,7 +26,12 @@ pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
         .map_err(|e| ApiError::invalid_request(format!("Invalid JSON body: {e}")))
 }
 
-fn encode(tokenizer: &Tokenizer, text: &str, special: bool) -> Result<Vec<u32>, ApiError> {
+/// `text` as token ids, or a 400 naming `prompt`.
+pub(crate) fn encode(
+    tokenizer: &Tokenizer,
+    text: &str,
+    special: bool,
+) -> Result<Vec<u32>, ApiError> {
     tokenizer
         .encode(text, special)
         .map_err(|e| ApiError::invalid_param("prompt", e.to_string()))
@@ -130,85 +135,7 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
                 prompt_ids,
             })
         }
-        Route::Whole(Pooling::Embeddings | Pooling::Classify | Pooling::Pooling) => {
-            let req: EmbeddingRequest = parse(body)?;
-            // Each input is checked as the engine would (its length, its token ids) and counted;
-            // the body goes upstream as the client sent it, placed without prefix hashes.
-            let as_input = |mut e: ApiError| {
-                e.body.error.param = Some("input".into());
-                e
-            };
-            let mut prompt_tokens = 0u32;
-            let mut inputs = 0;
-            for input in req.input.into_inputs() {
-                inputs += 1;
-                let tokens = match (input, &model.tokenizer) {
-                    (PromptInput::Text(text), Some(tokenizer)) => {
-                        encode(tokenizer, &text, true).map_err(as_input)?.len()
-                    }
-                    (PromptInput::Text(text), None) => estimated_tokens(text.len()) as usize,
-                    (PromptInput::Tokens(ids), _) => {
-                        token_prompt(&ids, vocab_size).map_err(as_input)?.len()
-                    }
-                };
-                if tokens == 0 {
-                    return Err(ApiError::invalid_param("input", "An input is empty."));
-                }
-                if let Some(len) = model.max_model_len.filter(|&len| tokens > len) {
-                    return Err(ApiError::invalid_param(
-                        "input",
-                        format!(
-                            "This model's maximum context length is {len} tokens, but an input \
-                             has {tokens} tokens."
-                        ),
-                    ));
-                }
-                prompt_tokens = prompt_tokens.saturating_add(tokens as u32);
-            }
-            if inputs == 0 {
-                return Err(ApiError::invalid_param("input", "`input` is empty."));
-            }
-            Ok(Prepared {
-                model: model.name.clone(),
-                prompt_tokens,
-                block_hashes: Vec::new(),
-                max_tokens: 0,
-                priority: 0,
-                prompt_ids: Vec::new(),
-            })
-        }
-        Route::Whole(Pooling::Rerank) => {
-            let req: RerankRequest = parse(body)?;
-            if req.documents.is_empty() {
-                return Err(ApiError::invalid_param(
-                    "documents",
-                    "`documents` is empty.",
-                ));
-            }
-            // Each document is scored with the query: both counted once a document. A document
-            // that is not text (vLLM's multimodal ones) counts as its JSON.
-            let count = |text: &str| match &model.tokenizer {
-                Some(tokenizer) => encode(tokenizer, text, false).map(|ids| ids.len()),
-                None => Ok(estimated_tokens(text.len()) as usize),
-            };
-            let query = count(&req.query)?;
-            let mut prompt_tokens = 0u32;
-            for document in &req.documents {
-                let tokens = match document.as_str() {
-                    Some(text) => count(text)?,
-                    None => estimated_tokens(document.to_string().len()) as usize,
-                };
-                prompt_tokens = prompt_tokens.saturating_add((query + tokens) as u32);
-            }
-            Ok(Prepared {
-                model: model.name.clone(),
-                prompt_tokens,
-                block_hashes: Vec::new(),
-                max_tokens: 0,
-                priority: 0,
-                prompt_ids: Vec::new(),
-            })
-        }
+        Route::Whole(kind) => crate::front::pooling::prepare(kind, body, model, vocab_size),
         Route::Chat => {
             let req: ChatCompletionRequest = parse(body)?;
             let checked = check_chat(&req, vocab_size, &model.defaults)?;

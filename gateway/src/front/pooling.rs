@@ -1,0 +1,97 @@
+//! Pooling requests (embeddings, classify, pooling, rerank) made ready to place: their texts
+//! checked as the engine would and counted, the body left as the client sent it (these models
+//! are served by vLLM or SGLang, which read it), placed without prefix hashes.
+
+use crate::front::preprocess::{encode, estimated_tokens, parse};
+use crate::shared::{Pooling, Prepared, ServedModel};
+use switchyard_protocol::openai::{
+    token_prompt, ApiError, EmbeddingRequest, PromptInput, RerankRequest,
+};
+
+/// Prepares a pooling request of `kind` for `model` (whose vocabulary has `vocab_size` ids).
+pub fn prepare(
+    kind: Pooling,
+    body: &[u8],
+    model: &ServedModel,
+    vocab_size: usize,
+) -> Result<Prepared, ApiError> {
+    let tokens = match kind {
+        Pooling::Embeddings | Pooling::Classify | Pooling::Pooling => {
+            inputs(parse(body)?, model, vocab_size)?
+        }
+        Pooling::Rerank => rerank(parse(body)?, model)?,
+    };
+    Ok(Prepared {
+        model: model.name.clone(),
+        prompt_tokens: tokens,
+        block_hashes: Vec::new(),
+        max_tokens: 0,
+        priority: 0,
+        prompt_ids: Vec::new(),
+    })
+}
+
+/// The tokens of an `input` (a text, texts, token ids or lists of them), each input checked as
+/// the engine would: not empty, its ids in the vocabulary, no longer than the model.
+fn inputs(req: EmbeddingRequest, model: &ServedModel, vocab_size: usize) -> Result<u32, ApiError> {
+    let as_input = |mut e: ApiError| {
+        e.body.error.param = Some("input".into());
+        e
+    };
+    let mut total = 0u32;
+    let mut inputs = 0;
+    for input in req.input.into_inputs() {
+        inputs += 1;
+        let tokens = match (input, &model.tokenizer) {
+            (PromptInput::Text(text), Some(tokenizer)) => {
+                encode(tokenizer, &text, true).map_err(as_input)?.len()
+            }
+            (PromptInput::Text(text), None) => estimated_tokens(text.len()) as usize,
+            (PromptInput::Tokens(ids), _) => {
+                token_prompt(&ids, vocab_size).map_err(as_input)?.len()
+            }
+        };
+        if tokens == 0 {
+            return Err(ApiError::invalid_param("input", "An input is empty."));
+        }
+        if let Some(len) = model.max_model_len.filter(|&len| tokens > len) {
+            return Err(ApiError::invalid_param(
+                "input",
+                format!(
+                    "This model's maximum context length is {len} tokens, but an input has \
+                     {tokens} tokens."
+                ),
+            ));
+        }
+        total = total.saturating_add(tokens as u32);
+    }
+    if inputs == 0 {
+        return Err(ApiError::invalid_param("input", "`input` is empty."));
+    }
+    Ok(total)
+}
+
+/// The tokens a rerank scores: each document with the query. A document that is not text
+/// (vLLM's multimodal ones) counts as its JSON.
+fn rerank(req: RerankRequest, model: &ServedModel) -> Result<u32, ApiError> {
+    if req.documents.is_empty() {
+        return Err(ApiError::invalid_param(
+            "documents",
+            "`documents` is empty.",
+        ));
+    }
+    let count = |text: &str| match &model.tokenizer {
+        Some(tokenizer) => encode(tokenizer, text, false).map(|ids| ids.len()),
+        None => Ok(estimated_tokens(text.len()) as usize),
+    };
+    let query = count(&req.query)?;
+    let mut total = 0u32;
+    for document in &req.documents {
+        let tokens = match document.as_str() {
+            Some(text) => count(text)?,
+            None => estimated_tokens(document.to_string().len()) as usize,
+        };
+        total = total.saturating_add((query + tokens) as u32);
+    }
+    Ok(total)
+}
