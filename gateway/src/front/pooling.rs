@@ -38,18 +38,15 @@ fn inputs(req: EmbeddingRequest, model: &ServedModel, vocab_size: usize) -> Resu
         e.body.error.param = Some("input".into());
         e
     };
+    let inputs = req.input.into_inputs();
+    if inputs.is_empty() {
+        return Err(ApiError::invalid_param("input", "`input` is empty."));
+    }
     let mut total = 0u32;
-    let mut inputs = 0;
-    for input in req.input.into_inputs() {
-        inputs += 1;
-        let tokens = match (input, &model.tokenizer) {
-            (PromptInput::Text(text), Some(tokenizer)) => {
-                encode(tokenizer, &text, true).map_err(as_input)?.len()
-            }
-            (PromptInput::Text(text), None) => estimated_tokens(text.len()) as usize,
-            (PromptInput::Tokens(ids), _) => {
-                token_prompt(&ids, vocab_size).map_err(as_input)?.len()
-            }
+    for input in inputs {
+        let tokens = match input {
+            PromptInput::Text(text) => text_tokens(model, &text, true).map_err(as_input)?,
+            PromptInput::Tokens(ids) => token_prompt(&ids, vocab_size).map_err(as_input)?.len(),
         };
         if tokens == 0 {
             return Err(ApiError::invalid_param("input", "An input is empty."));
@@ -65,9 +62,6 @@ fn inputs(req: EmbeddingRequest, model: &ServedModel, vocab_size: usize) -> Resu
         }
         total = total.saturating_add(tokens as u32);
     }
-    if inputs == 0 {
-        return Err(ApiError::invalid_param("input", "`input` is empty."));
-    }
     Ok(total)
 }
 
@@ -80,10 +74,7 @@ fn rerank(req: RerankRequest, model: &ServedModel) -> Result<u32, ApiError> {
             "`documents` is empty.",
         ));
     }
-    let count = |text: &str| match &model.tokenizer {
-        Some(tokenizer) => encode(tokenizer, text, false).map(|ids| ids.len()),
-        None => Ok(estimated_tokens(text.len()) as usize),
-    };
+    let count = |text: &str| text_tokens(model, text, false);
     let query = count(&req.query)?;
     let mut total = 0u32;
     for document in &req.documents {
@@ -94,4 +85,13 @@ fn rerank(req: RerankRequest, model: &ServedModel) -> Result<u32, ApiError> {
         total = total.saturating_add((query + tokens) as u32);
     }
     Ok(total)
+}
+
+/// The tokens of `text` by the model's tokenizer (with its special tokens if `special`), or
+/// estimated where the gateway has none.
+fn text_tokens(model: &ServedModel, text: &str, special: bool) -> Result<usize, ApiError> {
+    match &model.tokenizer {
+        Some(tokenizer) => encode(tokenizer, text, special).map(|ids| ids.len()),
+        None => Ok(estimated_tokens(text.len()) as usize),
+    }
 }

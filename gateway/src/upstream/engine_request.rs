@@ -1,5 +1,6 @@
 //! The bodies the gateway sends upstream. Upstream answers are always streamed, with usage on
-//! the last chunk (embeddings and reranks excepted: they go as the client sent them, answered whole). Engines that take token ids get the prompt the gateway already tokenized
+//! the last chunk (the pooling routes' excepted: they go as the client sent them, answered
+//! whole). Engines that take token ids get the prompt the gateway already tokenized
 //! (switchyard: completions and chat; vLLM: completions); others get the client's request. A
 //! broken stream is resumed on a switchyard engine with the prompt plus the tokens generated so
 //! far, asking only for what is left.
@@ -79,9 +80,9 @@ impl UpstreamRequest {
             == Some(true)
     }
 
-    /// Whether the client asked for a stream (embeddings and reranks never stream).
+    /// Whether the client asked for a stream.
     pub fn streams(&self) -> bool {
-        !self.route.answered_whole() && self.body.get_as::<bool>("stream") == Some(true)
+        self.body.get_as::<bool>("stream") == Some(true)
     }
 
     /// The body for an instance of the pool serving `model`, of engine `kind`.

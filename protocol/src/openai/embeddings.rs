@@ -1,6 +1,7 @@
 //! Pooling requests (`/v1/embeddings`, vLLM's `/classify` and `/pooling`, `/v1/rerank`), as far
-//! as a router reads them: the model and the texts, whose size places the request. The other fields (`encoding_format`, `dimensions`,
-//! `top_n`, vLLM's pooling options) go to the engine as the client sent them.
+//! as a router reads them: the model and the texts, whose size places the request. The other
+//! fields (`encoding_format`, `dimensions`, `top_n`, vLLM's pooling options) go to the engine as
+//! the client sent them.
 
 use crate::openai::completions::Prompt;
 use serde::Deserialize;
