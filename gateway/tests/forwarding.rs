@@ -165,7 +165,8 @@ fn fake_app(behaviour: Behaviour, counted: Arc<AtomicUsize>, recorded: Seen) -> 
         .route("/v1/embeddings", post(embed.clone()))
         .route("/classify", post(embed.clone()))
         .route("/pooling", post(embed.clone()))
-        .route("/v1/rerank", post(embed))
+        .route("/v1/rerank", post(embed.clone()))
+        .route("/v1/score", post(embed))
 }
 
 /// A fake endpoint answering over TLS as `localhost`, with a certificate from a CA of its own:
@@ -473,6 +474,49 @@ async fn pooling_routes_are_placed_and_relayed_whole_as_the_engine_answered() {
         let (status, _, text) = call_route(&gw, "/v1/rerank", bad.clone()).await;
         assert_eq!(status, 400, "{bad}: {text}");
     }
+    // Scores, in vLLM's shape on `/score` and `/v1/score`, and in SGLang's on `/v1/score`, go
+    // to the engine's `/v1/score` as sent.
+    let before = vllm.calls.load(Ordering::SeqCst);
+    for (route, score) in [
+        (
+            "/score",
+            json!({"model": "m", "text_1": "q", "text_2": ["a", "b"]}),
+        ),
+        (
+            "/v1/score",
+            json!({"model": "m", "text_1": ["q", "r"], "text_2": ["a", "b"]}),
+        ),
+        (
+            "/v1/score",
+            json!({"model": "m", "query": "q", "items": ["a", "b"],
+            "label_token_ids": [3, 4], "apply_softmax": true}),
+        ),
+        (
+            "/v1/score",
+            json!({"model": "m", "query": [5, 6], "items": [[7], [8, 9]]}),
+        ),
+    ] {
+        let (status, _, text) = call_route(&gw, route, score.clone()).await;
+        assert_eq!(status, 200, "{route} {score}: {text}");
+        assert_eq!(vllm.seen.lock().unwrap().last().unwrap().1, score);
+    }
+    assert_eq!(vllm.calls.load(Ordering::SeqCst), before + 4);
+    for bad in [
+        json!({"model": "m", "text_1": "q", "text_2": []}),
+        json!({"model": "m", "text_1": ["q", "r", "s"], "text_2": ["a", "b"]}),
+        json!({"model": "m", "text_1": "q"}),
+        json!({"model": "m", "query": "q", "items": [[1, -2]]}),
+        json!({"model": "m", "text_1": "q", "text_2": "a", "query": "q", "items": "a"}),
+    ] {
+        let (status, _, text) = call_route(&gw, "/v1/score", bad.clone()).await;
+        assert_eq!(status, 400, "{bad}: {text}");
+        let error: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(error["error"]["type"], "invalid_request_error", "{text}");
+    }
+    assert_eq!(vllm.calls.load(Ordering::SeqCst), before + 4);
+    // `/v2/rerank` is vLLM's rerank too.
+    let (status, _, text) = call_route(&gw, "/v2/rerank", rerank.clone()).await;
+    assert_eq!(status, 200, "{text}");
 }
 
 #[tokio::test]

@@ -89,8 +89,10 @@ pub enum Pooling {
     Classify,
     /// vLLM's `/pooling`.
     Pooling,
-    /// `/v1/rerank` (and vLLM's `/rerank`).
+    /// `/v1/rerank` (and vLLM's `/rerank` and `/v2/rerank`).
     Rerank,
+    /// `/v1/score` (vLLM's and SGLang's; vLLM's `/score`).
+    Score,
 }
 
 impl Route {
@@ -108,6 +110,7 @@ impl Route {
             Route::Whole(Pooling::Classify) => "/classify",
             Route::Whole(Pooling::Pooling) => "/pooling",
             Route::Whole(Pooling::Rerank) => "/v1/rerank",
+            Route::Whole(Pooling::Score) => "/v1/score",
         }
     }
 }
