@@ -240,6 +240,12 @@ def component_dashboard():
                                          "breakers are absent.")
     d.rate("Mirrored requests", "gateway_mirror_requests_total", "result")
     d.rate("Route config reloads", "gateway_route_config_reloads_total", "result", unit="short")
+    d.gauge("Stored responses remembered", "gateway_stored_responses", "instance",
+            description="Stored responses (/v1/responses on vLLM or SGLang) whose instance each "
+                        "gateway remembers, for their follow-ups, retrievals and cancels.")
+    d.rate("Stored responses forgotten", "gateway_stored_responses_forgotten_total", "instance",
+           unit="short", description="Forgotten to stay within --remembered-responses: their "
+                                     "follow-ups get a 404. Raise the flag if this is not zero.")
     d.gauge("Uptime", "uptime_seconds", "instance", unit="s", aggregate="max")
     d.row("Scheduler")
     d.rate("Scheduling decisions", "scheduler_scheduling_total", "")

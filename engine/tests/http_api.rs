@@ -549,6 +549,11 @@ async fn bad_input_gets_openai_errors() {
     assert_eq!(status, 404);
     let message = err["error"]["message"].as_str().unwrap();
     assert!(message.contains("vLLM or SGLang"), "{message}");
+    // So does the Responses API.
+    let (status, err) = e.post("/v1/responses", json!({"input": "x"})).await;
+    assert_eq!(status, 404);
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(message.contains("Responses API"), "{message}");
     let r = e
         .client
         .post(format!("{}/v1/completions", e.base))

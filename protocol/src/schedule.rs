@@ -66,6 +66,10 @@ pub struct ScheduleRequest {
     /// Instances not to use (they failed this request already).
     #[serde(default)]
     pub exclude: Vec<String>,
+    /// The only instance to use, when the request's state lives there (a follow-up to a
+    /// response stored on it): no other is a candidate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub only: Option<String>,
     /// The gateway asking, so its accounting can be reclaimed if it disappears.
     #[serde(default)]
     pub gateway: Option<String>,

@@ -146,6 +146,31 @@ fn stale_unreachable_and_excluded_instances_are_skipped() {
     );
 }
 
+#[test]
+fn a_request_pinned_to_an_instance_goes_there_under_every_policy_or_nowhere() {
+    for policy in Policy::ALL {
+        let mut s = cluster(policy, 3);
+        for i in 0..3 {
+            s.on_status(&format!("i{i}"), idle(), 100.0);
+        }
+        for r in 0..6 {
+            let mut pinned = request(&format!("{policy:?}-{r}"), &[1, 2, 3]);
+            pinned.only = Some("i2".into());
+            let placed = s.schedule(&pinned, 100.0).unwrap();
+            assert_eq!(placed.decision.instance_id, "i2", "{policy:?}");
+        }
+        // Gone (or failed already): no other instance takes it.
+        s.on_unreachable("i2");
+        let mut pinned = request(&format!("{policy:?}-gone"), &[1]);
+        pinned.only = Some("i2".into());
+        assert_eq!(
+            s.schedule(&pinned, 100.0),
+            Err(ScheduleError::NoAvailableEndpoint("m".into())),
+            "{policy:?}"
+        );
+    }
+}
+
 /// How an instance's cache reaches the index: switchyard's own events, or vLLM's (either
 /// generation), decoded and translated from the engine's blocks and tokens. The placement tests
 /// that rest on cached prefixes run with each, and must place alike.

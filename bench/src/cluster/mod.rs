@@ -507,6 +507,7 @@ impl Cluster {
             priority: 0,
             infer_stage: InferStage::Neutral,
             exclude: Vec::new(),
+            only: None,
             gateway: None,
             released: Vec::new(),
         };

@@ -214,12 +214,14 @@ const POOLING_ROUTES: [&str; 8] = [
 
 async fn not_found(req: Request) -> HttpError {
     let path = req.uri().path();
-    let why = match POOLING_ROUTES.contains(&path) {
-        true => {
-            " This engine generates text (completions and chat); serve embedding, reranking \
-                 and scoring models with vLLM or SGLang behind switchyard."
-        }
-        false => "",
+    let why = if POOLING_ROUTES.contains(&path) {
+        " This engine generates text (completions and chat); serve embedding, reranking and \
+         scoring models with vLLM or SGLang behind switchyard."
+    } else if path.starts_with("/v1/responses") {
+        " This engine serves completions and chat; the Responses API (stored responses) is \
+         served by vLLM or SGLang behind switchyard."
+    } else {
+        ""
     };
     HttpError(ApiError::not_found(format!(
         "No route for {} {path}.{why}",

@@ -1,7 +1,8 @@
 //! The front wing: what a client meets. [`server`] wires the OpenAI routes; [`admission`] and
 //! [`slots`] apply keys, rates and concurrency; [`preprocess`] checks, renders, tokenizes and
 //! hashes a request for one of the models in the [`model_book`] ([`pooling`] those for
-//! embedding and reranking models); [`routes`] says where a model's requests go;
+//! embedding and reranking models, [`responses`] those of the Responses API, whose stored
+//! responses [`response_owners`] finds again); [`routes`] says where a model's requests go;
 //! [`guarded_body`] reads a body within its limit.
 
 pub mod admission;
@@ -9,6 +10,8 @@ pub mod guarded_body;
 pub mod model_book;
 pub mod pooling;
 pub mod preprocess;
+pub mod response_owners;
+pub mod responses;
 pub mod routes;
 pub mod server;
 pub mod slots;

@@ -133,9 +133,11 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
                 max_tokens: checked.max_tokens.unwrap_or(COMPLETION_MAX_TOKENS),
                 priority: req.sampling.priority.unwrap_or(0),
                 prompt_ids,
+                only: None,
             })
         }
         Route::Whole(kind) => crate::front::pooling::prepare(kind, body, model, vocab_size),
+        Route::Responses => crate::front::responses::prepare(body, model),
         Route::Chat => {
             let req: ChatCompletionRequest = parse(body)?;
             let checked = check_chat(&req, vocab_size, &model.defaults)?;
@@ -156,6 +158,7 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
                     max_tokens: checked.max_tokens.unwrap_or(0),
                     priority: req.sampling.priority.unwrap_or(0),
                     prompt_ids: Vec::new(),
+                    only: None,
                 });
             };
             let ids = chat_prompt(model.chat_template.as_deref(), tokenizer, &req)?;
@@ -167,6 +170,7 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
                 max_tokens: checked.max_tokens.unwrap_or(0),
                 priority: req.sampling.priority.unwrap_or(0),
                 prompt_ids: vec![ids],
+                only: None,
             })
         }
     }

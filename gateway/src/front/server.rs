@@ -4,6 +4,8 @@ use crate::front::admission::{Admission, Admitted};
 use crate::front::guarded_body::GuardedBody;
 use crate::front::model_book::ModelBook;
 use crate::front::preprocess::{estimated_tokens, prepare, prepare_off_worker, read_body};
+use crate::front::response_owners::ResponseOwners;
+use crate::front::responses;
 use crate::front::routes::{reload_logged, Routes};
 use crate::front::tokenize;
 use crate::metrics::GatewayMetrics;
@@ -54,6 +56,8 @@ pub struct Gateway {
     pub request_timeout: Duration,
     /// Most resumptions of one broken stream.
     pub max_resumes: u32,
+    /// The instances holding stored responses.
+    pub responses: Arc<ResponseOwners>,
     /// The scheduler running in this process (in `serve`): its metrics join `/metrics` and its
     /// instance list is served on `/v1/instances`.
     pub in_process_scheduler: Option<Arc<dyn ScheduleApi>>,
@@ -100,6 +104,9 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
         .route("/v2/rerank", pooling(Pooling::Rerank))
         .route("/v1/score", pooling(Pooling::Score))
         .route("/score", pooling(Pooling::Score))
+        .route("/v1/responses", post(create_response))
+        .route("/v1/responses/{id}", get(responses::retrieve))
+        .route("/v1/responses/{id}/cancel", post(responses::cancel))
         .route("/v1/models", get(models))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
@@ -187,10 +194,17 @@ async fn admit_and_relay(
         Target::Pool(m) => served(m),
         Target::External(_) => None,
     });
-    let prepared = match first_pool {
+    let mut prepared = match first_pool {
         Some(m) => Some(prepare_off_worker(route, &body, m).await?),
         None => None,
     };
+    if route == Route::Responses {
+        let has_external = plan
+            .attempts
+            .iter()
+            .any(|t| matches!(t, Target::External(_)));
+        responses::pin_follow_up(&gateway.responses, &body, prepared.as_mut(), has_external)?;
+    }
     // External endpoints only: no tokenizer counts the prompt.
     let prompt_tokens = prepared
         .as_ref()
@@ -234,14 +248,18 @@ async fn admit_and_relay(
         (_, None) => Err(ApiError::model_not_found(name)),
     };
     let mut alarm = Box::pin(tokio::time::sleep_until(deadline));
-    let opened = gateway
+    let mut opened = gateway
         .opener
         .open(&plan, &id, &upstream, &prepare_for, deadline, &mut alarm)
         .await?;
+    if route == Route::Responses {
+        let (owners, metrics) = (gateway.responses.clone(), gateway.metrics.clone());
+        responses::remember(&mut opened, owners, metrics);
+    }
     let instance =
         HeaderValue::from_str(&opened.instance).unwrap_or(HeaderValue::from_static("unknown"));
     // Pooling routes' answers come whole, relayed as they came (no stream to resume).
-    if !opened.is_success() || route.answered_whole() {
+    if !opened.is_success() || route.relayed_as_sent() {
         return Ok((
             passed_through(opened.response, opened.release, instance),
             id,
@@ -313,7 +331,7 @@ async fn relayed(
 
 /// An upstream answer relayed as it came: a refusal, or an answer given whole. Its dispatch
 /// (`release`) is released once its body is sent or dropped.
-fn passed_through(
+pub(crate) fn passed_through(
     upstream: Answer,
     release: Option<ReleaseOnDrop>,
     instance: HeaderValue,
@@ -378,6 +396,14 @@ async fn chat_completions(
 }
 
 /// The handler of a pooling route: placed as completions are, answered whole.
+async fn create_response(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: BodyResult,
+) -> Response {
+    answer_panics(Box::pin(handle(&gateway, Route::Responses, &headers, body))).await
+}
+
 fn pooling(kind: Pooling) -> MethodRouter<Arc<Gateway>> {
     post(
         move |State(gateway): State<Arc<Gateway>>, headers: HeaderMap, body: BodyResult| async move {

@@ -96,8 +96,9 @@ impl Serialize for Assembler {
         let object = match self.route {
             Route::Completions => "text_completion",
             Route::Chat => "chat.completion",
-            // Relayed whole, as the instance sent them; never assembled.
+            // Relayed as the instance sent them; never assembled.
             Route::Whole(_) => "list",
+            Route::Responses => "response",
         };
         let mut map = s.serialize_map(None)?;
         for (key, value) in &self.head {
@@ -132,7 +133,9 @@ impl Serialize for ChoiceOut<'_> {
         let mut map = s.serialize_map(None)?;
         map.serialize_entry("index", &self.index)?;
         match self.route {
-            Route::Completions | Route::Whole(_) => map.serialize_entry("text", &c.text)?,
+            Route::Completions | Route::Whole(_) | Route::Responses => {
+                map.serialize_entry("text", &c.text)?
+            }
             Route::Chat => map.serialize_entry(
                 "message",
                 &Message {

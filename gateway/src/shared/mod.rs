@@ -78,6 +78,8 @@ pub enum Route {
     /// A pooling model's route (vLLM's, SGLang's): answered whole, relayed as the instance
     /// sent it.
     Whole(Pooling),
+    /// `/v1/responses` (vLLM's, SGLang's): relayed as the instance sent it, whole or streamed.
+    Responses,
 }
 
 /// The pooling routes, answered whole.
@@ -96,9 +98,10 @@ pub enum Pooling {
 }
 
 impl Route {
-    /// Whether the answer comes whole, relayed as the instance sent it: no stream to resume.
-    pub fn answered_whole(self) -> bool {
-        matches!(self, Route::Whole(_))
+    /// Whether the answer is relayed as the instance sent it (whole, or a stream the gateway
+    /// does not read), and the body goes upstream as the client sent it: no stream to resume.
+    pub fn relayed_as_sent(self) -> bool {
+        matches!(self, Route::Whole(_) | Route::Responses)
     }
 
     /// The path on the engine.
@@ -111,6 +114,7 @@ impl Route {
             Route::Whole(Pooling::Pooling) => "/pooling",
             Route::Whole(Pooling::Rerank) => "/v1/rerank",
             Route::Whole(Pooling::Score) => "/v1/score",
+            Route::Responses => "/v1/responses",
         }
     }
 }
@@ -131,6 +135,8 @@ pub struct Prepared {
     /// The tokenized prompts (completions: each prompt; chat: the rendered conversation);
     /// empty for a model without a tokenizer, whose requests go upstream as sent.
     pub prompt_ids: Vec<Vec<u32>>,
+    /// The only instance that may take it (a follow-up to a response stored there).
+    pub only: Option<String>,
 }
 
 /// An external OpenAI-compatible endpoint.

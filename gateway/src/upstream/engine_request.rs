@@ -106,8 +106,8 @@ impl UpstreamRequest {
             let done = resume.generated.len() as i64;
             let limit = match self.route {
                 Route::Completions => self.body.get_as::<i64>("max_tokens").or(Some(16)),
-                // Answered whole, never streamed, so never resumed.
-                Route::Whole(_) => None,
+                // Relayed as the instance sent them, so never resumed.
+                Route::Whole(_) | Route::Responses => None,
                 Route::Chat => {
                     changes.push(("max_completion_tokens", None));
                     self.body
@@ -145,7 +145,7 @@ impl UpstreamRequest {
     /// The changes that make the client's body streamed, with usage at the end (none for a
     /// route answered whole).
     fn streamed(&self) -> Vec<Change<'static>> {
-        if self.route.answered_whole() {
+        if self.route.relayed_as_sent() {
             return Vec::new();
         }
         let mut changes = vec![("stream", Some(Cow::Borrowed("true")))];

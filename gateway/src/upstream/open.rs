@@ -120,6 +120,8 @@ pub struct Opened {
     pub response: Answer,
     /// The instance id, or the external endpoint's name.
     pub instance: String,
+    /// The pool instance's URL (`None` for an external endpoint).
+    pub endpoint: Option<String>,
     /// The instance's engine kind (`None` for an external endpoint).
     pub kind: Option<EngineKind>,
     /// The pool model it serves (`None` for an external endpoint).
@@ -306,6 +308,7 @@ impl Opener {
             priority: prepared.priority,
             gateway: Some(self.gateway_id.clone()),
             exclude: std::mem::take(&mut ask.exclude),
+            only: prepared.only.clone(),
             ..Default::default()
         };
         let started = Instant::now();
@@ -378,6 +381,7 @@ impl Opener {
                     }
                     return Ok(Opened {
                         response,
+                        endpoint: Some(decision.endpoint),
                         instance: decision.instance_id,
                         kind: Some(decision.kind),
                         pool_model: Some(prepared.model.clone()),
@@ -500,6 +504,25 @@ impl Opener {
         }
     }
 
+    /// Calls `path` on the pool instance at `endpoint` with `method` and no body (a stored
+    /// response's retrieval or cancelling), answering as it answers.
+    pub async fn call_instance(
+        &self,
+        method: reqwest::Method,
+        endpoint: &str,
+        path: &str,
+        request_id: &str,
+    ) -> std::io::Result<Answer> {
+        let response = self
+            .client
+            .request(method, format!("{endpoint}{path}"))
+            .header("x-request-id", request_id)
+            .send()
+            .await
+            .map_err(std::io::Error::other)?;
+        Ok(response.into())
+    }
+
     /// Opens the answer of an external endpoint (no time cap but the request's deadline).
     pub async fn open_external(
         &self,
@@ -520,6 +543,7 @@ impl Opener {
         Ok(Opened {
             response: response.into(),
             instance: endpoint.name.clone(),
+            endpoint: None,
             kind: None,
             pool_model: None,
             release: None,

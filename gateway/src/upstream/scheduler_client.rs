@@ -282,12 +282,14 @@ impl RemoteScheduler {
         self.round_robin(req)
     }
 
-    /// The next known instance of the model, skipping excluded ones.
+    /// The next known instance of the model, skipping excluded ones (and, for a request pinned
+    /// to one instance, the others).
     fn round_robin(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ApiError> {
         let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
         let candidates: Vec<&KnownInstance> = known
             .iter()
             .filter(|k| k.schedulable && k.model == req.model && !req.exclude.contains(&k.id))
+            .filter(|k| req.only.as_ref().is_none_or(|only| *only == k.id))
             .collect();
         if candidates.is_empty() {
             return Err(ApiError::unavailable(

@@ -619,6 +619,7 @@ impl Scheduler {
             }
             serving += 1;
             if req.exclude.contains(&state.meta.id)
+                || req.only.as_ref().is_some_and(|only| *only != state.meta.id)
                 || !state.schedulable(now, self.config.staleness)
             {
                 continue;

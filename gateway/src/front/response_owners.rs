@@ -1,0 +1,100 @@
+//! Which pool instance holds each stored response. vLLM and SGLang keep a response made through
+//! `/v1/responses` in their own memory, so a follow-up (`previous_response_id`), a retrieval or
+//! a cancel must reach the server that made it. The gateway remembers the latest `capacity`
+//! responses' instances; an older one is forgotten (counted, and a request naming it is told so).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+/// Where a stored response lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// The instance id (what the scheduler places on).
+    pub instance: String,
+    /// Its URL.
+    pub endpoint: String,
+    /// The pool model it serves.
+    pub model: String,
+}
+
+/// The instances of the latest stored responses.
+pub struct ResponseOwners {
+    capacity: usize,
+    remembered: Mutex<Remembered>,
+}
+
+#[derive(Default)]
+struct Remembered {
+    owners: HashMap<String, Owner>,
+    /// Ids, oldest first.
+    order: VecDeque<String>,
+}
+
+impl ResponseOwners {
+    /// Remembers up to `capacity` responses.
+    pub fn new(capacity: usize) -> Self {
+        ResponseOwners {
+            capacity,
+            remembered: Mutex::default(),
+        }
+    }
+
+    /// Remembers that response `id` lives on `owner`; answers how many it remembers now, and
+    /// how many older ones it forgot to keep within the capacity.
+    pub fn remember(&self, id: String, owner: Owner) -> (usize, usize) {
+        let mut remembered = self.lock();
+        if remembered.owners.insert(id.clone(), owner).is_none() {
+            remembered.order.push_back(id);
+        }
+        let mut forgotten = 0;
+        while remembered.order.len() > self.capacity {
+            if let Some(old) = remembered.order.pop_front() {
+                remembered.owners.remove(&old);
+                forgotten += 1;
+            }
+        }
+        (remembered.order.len(), forgotten)
+    }
+
+    /// Where response `id` lives, if remembered.
+    pub fn owner(&self, id: &str) -> Option<Owner> {
+        self.lock().owners.get(id).cloned()
+    }
+
+    /// How many it remembers at most.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Remembered> {
+        self.remembered.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn on(instance: &str) -> Owner {
+        Owner {
+            instance: instance.into(),
+            endpoint: format!("http://{instance}"),
+            model: "m".into(),
+        }
+    }
+
+    #[test]
+    fn the_latest_responses_are_remembered_and_the_oldest_forgotten() {
+        let owners = ResponseOwners::new(2);
+        assert_eq!(owners.remember("a".into(), on("i0")), (1, 0));
+        assert_eq!(owners.remember("b".into(), on("i1")), (2, 0));
+        assert_eq!(owners.owner("a"), Some(on("i0")));
+        assert_eq!(owners.remember("c".into(), on("i0")), (2, 1));
+        assert_eq!(owners.owner("a"), None);
+        assert_eq!(owners.owner("c"), Some(on("i0")));
+        // The same id again moves nowhere and forgets nothing.
+        assert_eq!(owners.remember("c".into(), on("i1")), (2, 0));
+        assert_eq!(owners.owner("b"), Some(on("i1")));
+        assert_eq!(owners.owner("c"), Some(on("i1")));
+    }
+}

@@ -1,0 +1,261 @@
+//! The Responses API through the gateway, over stand-ins for vLLM servers that keep each stored
+//! response in their own memory (as vLLM and SGLang do): a follow-up, a retrieval and a cancel
+//! reach the instance holding the response, whichever instance placement would pick; one the
+//! gateway does not know is refused without reaching any (but passed on along a route to an
+//! external endpoint, which keeps its own).
+
+mod common;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use common::{call_route, flags, gateway_running};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use switchyard_protocol::schedule::EngineKind;
+
+/// A stand-in vLLM server's stored responses and calls.
+#[derive(Default)]
+struct Stored {
+    responses: Mutex<HashMap<String, Value>>,
+    calls: AtomicUsize,
+    name: String,
+}
+
+fn not_found(id: &str) -> Response {
+    let error = json!({"error": {"message": format!("Response with id '{id}' not found."),
+        "type": "invalid_request_error", "param": null, "code": null}});
+    (StatusCode::NOT_FOUND, Json(error)).into_response()
+}
+
+async fn create(State(stored): State<Arc<Stored>>, Json(body): Json<Value>) -> Response {
+    let n = stored.calls.fetch_add(1, Ordering::SeqCst);
+    let previous = body["previous_response_id"].as_str();
+    if let Some(previous) = previous {
+        if !stored.responses.lock().unwrap().contains_key(previous) {
+            return not_found(previous);
+        }
+    }
+    let id = format!("resp_{}_{n}", stored.name);
+    let response = json!({"id": id, "object": "response", "status": "completed", "model": "m",
+        "previous_response_id": previous,
+        "output": [{"type": "message", "role": "assistant",
+            "content": [{"type": "output_text", "text": "ok"}]}]});
+    stored
+        .responses
+        .lock()
+        .unwrap()
+        .insert(id.clone(), response.clone());
+    if body["stream"] == json!(true) {
+        let created = json!({"type": "response.created", "sequence_number": 0,
+            "response": {"id": id, "object": "response", "status": "in_progress"}});
+        let delta = json!({"type": "response.output_text.delta", "sequence_number": 1,
+            "delta": "ok"});
+        let done = json!({"type": "response.completed", "sequence_number": 2,
+            "response": response});
+        let events = format!(
+            "event: response.created\ndata: {created}\n\nevent: response.output_text.delta\n\
+             data: {delta}\n\nevent: response.completed\ndata: {done}\n\n"
+        );
+        return ([("content-type", "text/event-stream")], events).into_response();
+    }
+    Json(response).into_response()
+}
+
+async fn retrieve(State(stored): State<Arc<Stored>>, Path(id): Path<String>) -> Response {
+    stored.calls.fetch_add(1, Ordering::SeqCst);
+    match stored.responses.lock().unwrap().get(&id) {
+        Some(response) => Json(response.clone()).into_response(),
+        None => not_found(&id),
+    }
+}
+
+async fn cancel(State(stored): State<Arc<Stored>>, Path(id): Path<String>) -> Response {
+    stored.calls.fetch_add(1, Ordering::SeqCst);
+    match stored.responses.lock().unwrap().get_mut(&id) {
+        Some(response) => {
+            response["status"] = "cancelled".into();
+            Json(response.clone()).into_response()
+        }
+        None => not_found(&id),
+    }
+}
+
+/// A stand-in vLLM server named `name`: its URL and its store.
+async fn vllm(name: &str) -> (String, Arc<Stored>) {
+    let stored = Arc::new(Stored {
+        name: name.into(),
+        ..Default::default()
+    });
+    let app = Router::new()
+        .route("/v1/responses", post(create))
+        .route("/v1/responses/{id}", get(retrieve))
+        .route("/v1/responses/{id}/cancel", post(cancel))
+        .with_state(stored.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, stored)
+}
+
+/// Creates a response through the gateway (streamed or not): its id and the instance that
+/// made it.
+async fn create_through(gateway: &str, body: Value) -> (String, String) {
+    let streamed = body["stream"] == json!(true);
+    let (status, instance, text) = call_route(gateway, "/v1/responses", body).await;
+    assert_eq!(status, 200, "{text}");
+    let id = match streamed {
+        true => {
+            let created = text.lines().find(|l| l.starts_with("data: ")).unwrap();
+            let event: Value = serde_json::from_str(&created[6..]).unwrap();
+            event["response"]["id"].as_str().unwrap().to_string()
+        }
+        false => {
+            let answer: Value = serde_json::from_str(&text).unwrap();
+            answer["id"].as_str().unwrap().to_string()
+        }
+    };
+    (id, instance)
+}
+
+async fn get_through(gateway: &str, path: &str) -> (u16, String, String) {
+    let r = reqwest::get(format!("{gateway}{path}")).await.unwrap();
+    let status = r.status().as_u16();
+    let instance = r
+        .headers()
+        .get("x-switchyard-instance")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, instance, r.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn stored_responses_are_followed_up_retrieved_and_cancelled_where_they_live() {
+    let ((a, a_stored), (b, b_stored)) = (vllm("a").await, vllm("b").await);
+    let mut remembering = flags(2);
+    remembering.remembered_responses = 64;
+    // Both idle: placement draws between them, so a follow-up placed freely would often land
+    // on the server that does not hold its response.
+    let gw = gateway_running(
+        &[(&a, EngineKind::Vllm), (&b, EngineKind::Vllm)],
+        remembering,
+        |_| 0,
+    )
+    .await;
+    let mut made = Vec::new();
+    while made.len() < 64
+        && !(made.iter().any(|(_, i)| *i == a) && made.iter().any(|(_, i)| *i == b))
+    {
+        let stream = made.len() % 2 == 1;
+        made.push(
+            create_through(
+                &gw,
+                json!({"model": "m", "input": "hello", "stream": stream}),
+            )
+            .await,
+        );
+    }
+    assert!(
+        made.iter().any(|(_, i)| *i == a) && made.iter().any(|(_, i)| *i == b),
+        "{made:?}"
+    );
+    for (id, owner) in &made {
+        for stream in [false, true] {
+            let follow_up = json!({"model": "m", "previous_response_id": id, "stream": stream,
+                "input": [{"role": "user", "content": "and then?"}]});
+            let (next, instance) = create_through(&gw, follow_up).await;
+            assert_eq!(&instance, owner, "the follow-up of {id}");
+            assert!(next.starts_with(if *owner == a { "resp_a" } else { "resp_b" }));
+        }
+        let (status, instance, text) = get_through(&gw, &format!("/v1/responses/{id}")).await;
+        assert_eq!((status, &instance), (200, owner), "{text}");
+        let retrieved: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(retrieved["id"], json!(id));
+    }
+    let (id, owner) = &made[0];
+    let (status, instance, text) =
+        call_route(&gw, &format!("/v1/responses/{id}/cancel"), json!({})).await;
+    assert_eq!((status, &instance), (200, owner), "{text}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["status"],
+        "cancelled"
+    );
+    // Unknown ids are refused by the gateway itself, reaching no server.
+    let calls = a_stored.calls.load(Ordering::SeqCst) + b_stored.calls.load(Ordering::SeqCst);
+    let follow_up = json!({"model": "m", "previous_response_id": "resp_nowhere", "input": "x"});
+    let (status, _, text) = call_route(&gw, "/v1/responses", follow_up).await;
+    assert_eq!(status, 404, "{text}");
+    let error: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(error["error"]["param"], "previous_response_id", "{text}");
+    let (status, _, text) = get_through(&gw, "/v1/responses/resp_nowhere").await;
+    assert_eq!(status, 404, "{text}");
+    // Bad requests change nothing.
+    for bad in [
+        json!({"model": "m"}),
+        json!({"model": "m", "input": 7}),
+        json!({"model": "m", "input": "x", "max_output_tokens": 0}),
+        json!({"model": "m", "input": "x", "previous_response_id": ""}),
+    ] {
+        let (status, _, text) = call_route(&gw, "/v1/responses", bad.clone()).await;
+        assert_eq!(status, 400, "{bad}: {text}");
+    }
+    assert_eq!(
+        a_stored.calls.load(Ordering::SeqCst) + b_stored.calls.load(Ordering::SeqCst),
+        calls
+    );
+}
+
+#[tokio::test]
+async fn the_oldest_stored_responses_are_forgotten_past_the_limit_and_counted() {
+    let (a, _) = vllm("a").await;
+    let mut remembering = flags(0);
+    remembering.remembered_responses = 2;
+    let gw = gateway_running(&[(&a, EngineKind::Vllm)], remembering, |_| 0).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(
+            create_through(&gw, json!({"model": "m", "input": "hi"}))
+                .await
+                .0,
+        );
+    }
+    let (status, _, text) = get_through(&gw, &format!("/v1/responses/{}", ids[0])).await;
+    assert_eq!(status, 404, "{text}");
+    assert!(text.contains("latest 2"), "{text}");
+    for id in &ids[1..] {
+        let (status, _, text) = get_through(&gw, &format!("/v1/responses/{id}")).await;
+        assert_eq!(status, 200, "{text}");
+    }
+    let (_, _, metrics) = get_through(&gw, "/metrics").await;
+    assert!(metrics.contains("gateway_stored_responses 2"), "{metrics}");
+    assert!(
+        metrics.contains("gateway_stored_responses_forgotten_total 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn follow_ups_on_a_route_to_an_external_endpoint_go_there_as_sent() {
+    let (external, stored) = vllm("x").await;
+    let dir = std::env::temp_dir().join(format!("switchyard-responses-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let routes = dir.join("routes.json");
+    let config = json!({"endpoints": {"outside": {"base_url": external}},
+        "routes": [{"model": "m", "targets": [{"endpoint": "outside"}]}]});
+    std::fs::write(&routes, config.to_string()).unwrap();
+    let mut routed = flags(0);
+    routed.route_config = Some(routes);
+    let gw = gateway_running(&[], routed, |_| 0).await;
+    let (id, instance) = create_through(&gw, json!({"model": "m", "input": "hi"})).await;
+    assert_eq!(instance, "outside");
+    // The endpoint keeps its own responses: the gateway passes the follow-up on.
+    let follow_up = json!({"model": "m", "previous_response_id": id, "input": "and?"});
+    let (_, instance) = create_through(&gw, follow_up).await;
+    assert_eq!(instance, "outside");
+    assert_eq!(stored.calls.load(Ordering::SeqCst), 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
