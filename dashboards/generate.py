@@ -240,12 +240,6 @@ def component_dashboard():
                                          "breakers are absent.")
     d.rate("Mirrored requests", "gateway_mirror_requests_total", "result")
     d.rate("Route config reloads", "gateway_route_config_reloads_total", "result", unit="short")
-    d.gauge("Stored responses remembered", "gateway_stored_responses", "instance",
-            description="Stored responses (/v1/responses on vLLM or SGLang) whose instance each "
-                        "gateway remembers, for their follow-ups, retrievals and cancels.")
-    d.rate("Stored responses forgotten", "gateway_stored_responses_forgotten_total", "instance",
-           unit="short", description="Forgotten to stay within --remembered-responses: their "
-                                     "follow-ups get a 404. Raise the flag if this is not zero.")
     d.gauge("Uptime", "uptime_seconds", "instance", unit="s", aggregate="max")
     d.row("Scheduler")
     d.rate("Scheduling decisions", "scheduler_scheduling_total", "")
@@ -254,6 +248,13 @@ def component_dashboard():
             description="Placed and not yet released by their gateway.")
     d.rate("Reclaimed requests", "scheduler_reclaimed_requests_total", "",
            description="Released because their gateway went silent (killed or cut off).")
+    d.gauge("Stored responses remembered", "scheduler_stored_responses", "instance",
+            aggregate="max",
+            description="Stored responses (/v1/responses on vLLM or SGLang) whose instance the "
+                        "scheduler remembers, for their follow-ups, retrievals and cancels.")
+    d.rate("Stored responses forgotten", "scheduler_stored_responses_forgotten_total", "",
+           unit="short", description="Forgotten to stay within --remembered-responses: their "
+                                     "follow-ups get a 404. Raise the flag if this is not zero.")
     d.rate("Unreadable /metrics families", "scheduler_scrape_errors_total", "instance, family",
            unit="short",
            description="Families of a scraped engine's page that could not be read and were "

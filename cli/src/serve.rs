@@ -14,7 +14,7 @@ use switchyard_gateway::shared::ServedModel;
 use switchyard_gateway::upstream::local::LocalEngines;
 use switchyard_gateway::upstream::scheduler_client::SchedulerClient;
 use switchyard_protocol::schedule::InferStage;
-use switchyard_scheduler::launcher::{PdFlags, ReschedulingFlags, SloFlags};
+use switchyard_scheduler::launcher::{PdFlags, ReschedulingFlags, SloFlags, StoredResponseFlags};
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::service::{
     drain_router, run_discovery, Discovery, FollowSettings, SchedulerService,
@@ -63,6 +63,9 @@ pub struct ServeArgs {
     /// Adaptive prefill/decode disaggregation over neutral engines.
     #[command(flatten)]
     pub pd: PdFlags,
+    /// Where stored responses live.
+    #[command(flatten)]
+    pub stored_responses: StoredResponseFlags,
     /// Routing, retries, deadlines, keys, rates and concurrency at the gateway.
     #[command(flatten)]
     pub gateway: GatewayFlags,
@@ -154,7 +157,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             ),
             false,
         )?
-        .with_engine_key(args.gateway.admin.admin_key.clone()),
+        .with_engine_key(args.gateway.admin.admin_key.clone())
+        .with_remembered_responses(args.stored_responses.capacity()),
     );
     tokio::spawn(run_discovery(
         scheduler.clone(),

@@ -3,7 +3,6 @@
 
 use crate::front::admission::{Admission, AdmissionArgs};
 use crate::front::model_book::ModelBook;
-use crate::front::response_owners::ResponseOwners;
 use crate::front::routes::{self, RouteTable, Routes};
 use crate::front::server::{router, Gateway};
 use crate::metrics::GatewayMetrics;
@@ -82,12 +81,6 @@ pub struct GatewayFlags {
     /// Most times one broken stream is resumed on another instance.
     #[arg(long, env = "SWITCHYARD_STREAM_RESUMES", default_value_t = 2)]
     pub stream_resumes: u32,
-    /// Stored responses (`/v1/responses` on vLLM or SGLang) whose instance the gateway
-    /// remembers, so that their follow-ups (`previous_response_id`), retrievals and cancels
-    /// reach it; past it the oldest are forgotten (gateway_stored_responses_forgotten_total).
-    #[arg(long, env = "SWITCHYARD_REMEMBERED_RESPONSES", default_value_t = 100_000,
-        value_parser = clap::value_parser!(u64).range(1..))]
-    pub remembered_responses: u64,
     /// Speak HTTP/2 to switchyard engines: every answer from one engine shares one connection
     /// (one socket per engine instead of one per request in flight, for many long streams).
     /// Other engine kinds always get HTTP/1.1.
@@ -175,7 +168,6 @@ impl GatewayFlags {
             admission: Admission::new(self.admission.config()?),
             request_timeout: self.request_timeout.duration(),
             max_resumes: self.stream_resumes,
-            responses: Arc::new(ResponseOwners::new(self.remembered_responses as usize)),
             in_process_scheduler,
             admin_key: self.admin.admin_key.clone(),
         }))

@@ -63,8 +63,6 @@ pub struct GatewayMetrics {
     continuations: IntCounterVec,
     mirrors: IntCounterVec,
     route_reloads: IntCounterVec,
-    stored_responses: IntGauge,
-    forgotten_responses: IntCounter,
     /// Requests being served.
     pub current: IntGauge,
     pending: IntGauge,
@@ -135,15 +133,6 @@ impl GatewayMetrics {
             "Requests refused by admission, by reason.",
             &["reason"],
         )?;
-        let stored_responses = gauge(
-            "gateway_stored_responses",
-            "Stored responses (/v1/responses) whose instance the gateway remembers.",
-        )?;
-        let forgotten_responses = IntCounter::new(
-            "gateway_stored_responses_forgotten_total",
-            "Stored responses whose instance was forgotten to stay within --remembered-responses.",
-        )?;
-        reg.register(Box::new(forgotten_responses.clone()))?;
         let uptime = Gauge::new("uptime_seconds", "Seconds since the gateway started.")?;
         reg.register(Box::new(uptime.clone()))?;
         Ok(GatewayMetrics {
@@ -248,8 +237,6 @@ impl GatewayMetrics {
                 "Reloads of the route config, by result (success, error).",
                 &["result"],
             )?,
-            stored_responses,
-            forgotten_responses,
             current: gauge("gateway_current_requests", "Requests in flight.")?,
             pending,
             rejected,
@@ -359,13 +346,6 @@ impl GatewayMetrics {
     pub fn on_route_reload(&self, ok: bool) {
         let result = if ok { "success" } else { "error" };
         self.route_reloads.with_label_values(&[result]).inc();
-    }
-
-    /// A stored response's instance was remembered: `remembered` are now, `forgotten` older
-    /// ones were forgotten.
-    pub fn on_response_stored(&self, remembered: usize, forgotten: usize) {
-        self.stored_responses.set(remembered as i64);
-        self.forgotten_responses.inc_by(forgotten as u64);
     }
 
     /// The histogram of gaps (ms) between streamed tokens of `model`, looked up once per

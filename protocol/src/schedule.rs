@@ -66,10 +66,14 @@ pub struct ScheduleRequest {
     /// Instances not to use (they failed this request already).
     #[serde(default)]
     pub exclude: Vec<String>,
-    /// The only instance to use, when the request's state lives there (a follow-up to a
-    /// response stored on it): no other is a candidate.
+    /// The only instance to use, when the request's state lives there: no other is a
+    /// candidate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub only: Option<String>,
+    /// The stored response (`/v1/responses`) this request continues: it is placed on the
+    /// instance holding it, or refused when the scheduler knows no such response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_response_id: Option<String>,
     /// The gateway asking, so its accounting can be reclaimed if it disappears.
     #[serde(default)]
     pub gateway: Option<String>,
@@ -273,8 +277,29 @@ pub struct GatewayHeartbeat {
     pub gateway: String,
 }
 
+/// Where the scheduler keeps which instance holds each stored response (`/v1/responses` on vLLM
+/// or SGLang, which keep one in their own memory): `POST` a [`StoredResponse`] to remember one,
+/// `GET {STORED_RESPONSES_PATH}/{id}` to find it.
+pub const STORED_RESPONSES_PATH: &str = "/v1/stored_responses";
+
+/// The error code of a follow-up whose stored response the scheduler does not know.
+pub const UNKNOWN_RESPONSE: &str = "unknown_response";
+
+/// A stored response and the instance holding it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StoredResponse {
+    /// The response's id.
+    pub response_id: String,
+    /// The instance holding it.
+    pub instance_id: String,
+    /// That instance's URL (in the scheduler's answers; not read when told).
+    #[serde(default)]
+    pub endpoint: String,
+}
+
 /// What a gateway needs of a scheduler running in its own process (`switchyard serve`): placing
-/// and releasing requests, and the scheduler's metrics and instance list to serve beside its own.
+/// and releasing requests, the scheduler's metrics and instance list to serve beside its own, and
+/// where stored responses live.
 /// A remote scheduler is reached over HTTP with the types above instead.
 pub trait ScheduleApi: Send + Sync {
     /// Places a request; the error is the one its client gets.
@@ -285,6 +310,10 @@ pub trait ScheduleApi: Send + Sync {
     fn render_metrics(&self) -> String;
     /// Its instances, as `GET /v1/instances` lists them.
     fn instances(&self) -> serde_json::Value;
+    /// Remembers that stored response `response_id` lives on instance `instance_id`.
+    fn remember_response(&self, response_id: &str, instance_id: &str);
+    /// Where stored response `response_id` lives, if the scheduler knows.
+    fn stored_response(&self, response_id: &str) -> Option<StoredResponse>;
 }
 
 #[cfg(test)]

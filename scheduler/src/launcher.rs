@@ -7,7 +7,7 @@ use crate::rescheduler::ReschedulerConfig;
 use crate::score::Slos;
 use crate::service::{
     first_statuses, parse_entry, router, run_discovery, run_rescheduler, Discovery, FollowSettings,
-    SchedulerService,
+    SchedulerService, DEFAULT_REMEMBERED_RESPONSES,
 };
 use crate::{Scheduler, SchedulerConfig};
 use anyhow::Context;
@@ -100,9 +100,32 @@ pub struct SchedulerArgs {
     /// Adaptive prefill/decode disaggregation.
     #[command(flatten)]
     pub pd: PdFlags,
+    /// Where stored responses live.
+    #[command(flatten)]
+    pub stored_responses: StoredResponseFlags,
     /// The key of the admin endpoints.
     #[command(flatten)]
     pub admin: AdminArgs,
+}
+
+/// Stored responses (`/v1/responses` on vLLM or SGLang), shared by `scheduler` and `serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StoredResponseFlags {
+    /// Stored responses (`/v1/responses` on vLLM or SGLang, which keep them in their own
+    /// memory) whose instance the scheduler remembers, so that their follow-ups
+    /// (`previous_response_id`), retrievals and cancels reach it through any gateway; past it
+    /// the oldest are forgotten (scheduler_stored_responses_forgotten_total).
+    #[arg(long, env = "SWITCHYARD_REMEMBERED_RESPONSES",
+        default_value_t = DEFAULT_REMEMBERED_RESPONSES as u64,
+        value_parser = clap::value_parser!(u64).range(1..))]
+    pub remembered_responses: u64,
+}
+
+impl StoredResponseFlags {
+    /// How many stored responses' instances to remember.
+    pub fn capacity(&self) -> usize {
+        usize::try_from(self.remembered_responses).unwrap_or(usize::MAX)
+    }
 }
 
 /// Live migration's rescheduler, shared by `scheduler` and `serve` (`sim` has its own
@@ -297,7 +320,8 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let service = Arc::new(
         SchedulerService::new(Scheduler::new(args.config()?, args.seed), true)?
-            .with_engine_key(args.admin.admin_key.clone()),
+            .with_engine_key(args.admin.admin_key.clone())
+            .with_remembered_responses(args.stored_responses.capacity()),
     );
     let ticking = service.clone();
     tokio::spawn(async move {

@@ -508,6 +508,7 @@ impl Cluster {
             infer_stage: InferStage::Neutral,
             exclude: Vec::new(),
             only: None,
+            previous_response_id: None,
             gateway: None,
             released: Vec::new(),
         };

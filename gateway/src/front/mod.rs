@@ -2,7 +2,7 @@
 //! [`slots`] apply keys, rates and concurrency; [`preprocess`] checks, renders, tokenizes and
 //! hashes a request for one of the models in the [`model_book`] ([`pooling`] those for
 //! embedding and reranking models, [`responses`] those of the Responses API, whose stored
-//! responses [`response_owners`] finds again); [`routes`] says where a model's requests go;
+//! responses the scheduler finds again); [`routes`] says where a model's requests go;
 //! [`guarded_body`] reads a body within its limit.
 
 pub mod admission;
@@ -10,7 +10,6 @@ pub mod guarded_body;
 pub mod model_book;
 pub mod pooling;
 pub mod preprocess;
-pub mod response_owners;
 pub mod responses;
 pub mod routes;
 pub mod server;

@@ -29,7 +29,7 @@ pub fn prepare(
         max_tokens: 0,
         priority: 0,
         prompt_ids: Vec::new(),
-        only: None,
+        previous_response_id: None,
     })
 }
 

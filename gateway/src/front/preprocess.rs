@@ -133,7 +133,7 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
                 max_tokens: checked.max_tokens.unwrap_or(COMPLETION_MAX_TOKENS),
                 priority: req.sampling.priority.unwrap_or(0),
                 prompt_ids,
-                only: None,
+                previous_response_id: None,
             })
         }
         Route::Whole(kind) => crate::front::pooling::prepare(kind, body, model, vocab_size),
@@ -158,7 +158,7 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
                     max_tokens: checked.max_tokens.unwrap_or(0),
                     priority: req.sampling.priority.unwrap_or(0),
                     prompt_ids: Vec::new(),
-                    only: None,
+                    previous_response_id: None,
                 });
             };
             let ids = chat_prompt(model.chat_template.as_deref(), tokenizer, &req)?;
@@ -170,7 +170,7 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
                 max_tokens: checked.max_tokens.unwrap_or(0),
                 priority: req.sampling.priority.unwrap_or(0),
                 prompt_ids: vec![ids],
-                only: None,
+                previous_response_id: None,
             })
         }
     }

@@ -1,15 +1,14 @@
 //! Responses API requests (`POST /v1/responses`) made ready to place, and the stored response's
 //! id read from the answer as it is relayed. vLLM and SGLang keep a stored response in the memory
-//! of the server that made it; the gateway remembers which one ([`crate::front::response_owners`])
-//! so that a follow-up (`previous_response_id`), a retrieval or a cancel goes there.
+//! of the server that made it: the scheduler, which every gateway asks, is told which instance
+//! that is, so that a follow-up (`previous_response_id`), a retrieval or a cancel goes there.
 
 use crate::front::preprocess::{estimated_tokens, parse};
-use crate::front::response_owners::{Owner, ResponseOwners};
 use crate::front::server::{passed_through, rejected, Gateway};
-use crate::metrics::GatewayMetrics;
 use crate::shared::{deadline_error, Prepared, ServedModel};
 use crate::upstream::answer::AnswerBody;
 use crate::upstream::open::Opened;
+use crate::upstream::scheduler_client::SchedulerClient;
 use axum::extract::{Path, State};
 use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, HeaderValue};
@@ -23,11 +22,12 @@ use switchyard_http::request_id::{self, request_id};
 use switchyard_protocol::openai::{ApiError, ResponsesRequest};
 
 /// Most bytes of an answer kept to read its response id from: a whole JSON answer, or a
-/// stream's first event. Past it the id is not read (and the response not remembered).
+/// stream's first event. Past it the id is not read (and where the response lives not told).
 pub const ID_READ_LIMIT: usize = 16 << 20;
 
 /// Prepares a Responses API request for `model`: its input checked and estimated from its text
-/// (the server renders it with its own template), placed without prefix hashes.
+/// (the server renders it with its own template), placed without prefix hashes; a follow-up
+/// only where its stored response lives.
 pub fn prepare(body: &[u8], model: &ServedModel) -> Result<Prepared, ApiError> {
     let req: ResponsesRequest = parse(body)?;
     if !(req.input.is_string() || req.input.is_array()) {
@@ -59,42 +59,65 @@ pub fn prepare(body: &[u8], model: &ServedModel) -> Result<Prepared, ApiError> {
         max_tokens,
         priority: 0,
         prompt_ids: Vec::new(),
-        only: None,
+        previous_response_id: req.previous_response_id,
     })
 }
 
-/// The stored response a request continues, if it names one.
-pub fn previous_response_id(body: &[u8]) -> Option<String> {
-    serde_json::from_slice::<ResponsesRequest>(body)
-        .ok()?
-        .previous_response_id
+/// Tells the scheduler, once the answer of `opened` (a pool instance's) says its id, where the
+/// response it makes is stored.
+pub fn remember(opened: &mut Opened, scheduler: SchedulerClient) {
+    if !opened.is_success() || opened.pool_model.is_none() {
+        return;
+    }
+    let instance = opened.instance.clone();
+    let streamed = opened
+        .response
+        .content_type
+        .as_ref()
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let body = std::mem::replace(&mut opened.response.body, futures::stream::empty().boxed());
+    opened.response.body = watch_for_id(body, streamed, move |id| async move {
+        scheduler.remember_response(&id, &instance).await;
+    });
 }
 
-/// Relays `body` unchanged, calling `on_id` once with the response's id: from the first event
-/// of a stream (`response.created`), or from a whole answer once it has all arrived.
-pub fn watch_for_id<F>(body: AnswerBody, streamed: bool, on_id: F) -> AnswerBody
+/// Relays `body`, calling `on_id` with the response's id before the client can read it: with
+/// the chunk that completes a stream's first event (`response.created`), or, for a whole
+/// answer, once it has all arrived (it is then relayed in one piece).
+pub fn watch_for_id<F, Fut>(body: AnswerBody, streamed: bool, on_id: F) -> AnswerBody
 where
-    F: FnOnce(String) + Send + 'static,
+    F: FnOnce(String) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
 {
     let watch = Watch {
         body,
         streamed,
-        kept: Some((BytesMut::new(), on_id)),
+        kept: BytesMut::new(),
+        on_id: Some(on_id),
+        ended: false,
     };
     futures::stream::unfold(watch, |mut watch| async move {
-        match watch.body.next().await {
-            Some(Ok(bytes)) => {
-                watch.look(&bytes);
-                Some((Ok(bytes), watch))
+        loop {
+            if watch.ended {
+                return None;
             }
-            Some(Err(e)) => {
-                // A broken answer stores nothing to come back to.
-                watch.kept = None;
-                Some((Err(e), watch))
-            }
-            None => {
-                watch.finish();
-                None
+            match watch.body.next().await {
+                Some(Ok(bytes)) => {
+                    if let Some(out) = watch.look(bytes).await {
+                        return Some((Ok(out), watch));
+                    }
+                }
+                Some(Err(e)) => {
+                    // A broken answer stores nothing to come back to.
+                    watch.on_id = None;
+                    return Some((Err(e), watch));
+                }
+                None => {
+                    watch.ended = true;
+                    let held = watch.finish().await;
+                    return held.map(|held| (Ok(held), watch));
+                }
             }
         }
     })
@@ -105,44 +128,62 @@ where
 struct Watch<F> {
     body: AnswerBody,
     streamed: bool,
-    /// What arrived so far, and what to call with the id; `None` once called or given up.
-    kept: Option<(BytesMut, F)>,
+    /// A whole answer held so far, or a stream's first bytes (already relayed).
+    kept: BytesMut,
+    /// What to call with the id; `None` once called or given up.
+    on_id: Option<F>,
+    ended: bool,
 }
 
-impl<F: FnOnce(String)> Watch<F> {
-    /// Keeps `bytes`; a stream's id is read as soon as its first event is whole.
-    fn look(&mut self, bytes: &[u8]) {
-        let Some((kept, _)) = self.kept.as_mut() else {
-            return;
-        };
-        kept.extend_from_slice(bytes);
+impl<F, Fut> Watch<F>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    /// Looks at `bytes`: what to relay now (a whole answer's are held).
+    async fn look(&mut self, bytes: Bytes) -> Option<Bytes> {
+        if self.on_id.is_none() {
+            return Some(bytes);
+        }
+        self.kept.extend_from_slice(&bytes);
         if self.streamed {
-            if let Some(event) = first_event(kept) {
-                self.call(id_in(&event));
-                return;
+            if let Some(event) = first_event(&self.kept) {
+                self.call(id_in(&event)).await;
+            } else if self.kept.len() > ID_READ_LIMIT {
+                self.give_up();
             }
+            return Some(bytes);
         }
-        if kept.len() > ID_READ_LIMIT {
-            tracing::warn!("a response's first {ID_READ_LIMIT} bytes hold no id: not remembered");
-            self.kept = None;
+        if self.kept.len() > ID_READ_LIMIT {
+            self.give_up();
+            return Some(std::mem::take(&mut self.kept).freeze());
+        }
+        None
+    }
+
+    /// At the end: a whole answer's id is read and told, then the answer relayed.
+    async fn finish(&mut self) -> Option<Bytes> {
+        if self.streamed || self.on_id.is_none() {
+            return None;
+        }
+        let id = id_in(&self.kept);
+        self.call(id).await;
+        Some(std::mem::take(&mut self.kept).freeze())
+    }
+
+    async fn call(&mut self, id: Option<String>) {
+        match (id, self.on_id.take()) {
+            (Some(id), Some(on_id)) => on_id(id).await,
+            (None, Some(_)) => tracing::warn!("a response without an id: where it lives not told"),
+            _ => {}
         }
     }
 
-    /// A whole answer's id, once it has all arrived.
-    fn finish(&mut self) {
-        if let Some((kept, _)) = self.kept.as_ref().filter(|_| !self.streamed) {
-            let id = id_in(kept);
-            self.call(id);
-        }
-    }
-
-    fn call(&mut self, id: Option<String>) {
-        if let Some((_, on_id)) = self.kept.take() {
-            match id {
-                Some(id) => on_id(id),
-                None => tracing::warn!("a response without an id: not remembered"),
-            }
-        }
+    fn give_up(&mut self) {
+        tracing::warn!(
+            "a response's first {ID_READ_LIMIT} bytes hold no id: where it lives not told"
+        );
+        self.on_id = None;
     }
 }
 
@@ -163,66 +204,6 @@ fn id_in(data: &[u8]) -> Option<String> {
     let value: serde_json::Value = serde_json::from_slice(data).ok()?;
     let response = value.get("response").unwrap_or(&value);
     response.get("id")?.as_str().map(str::to_string)
-}
-
-/// Pins a follow-up (`previous_response_id`) to the pool instance holding the response it
-/// continues. One whose response the gateway does not know is refused, unless the request's
-/// route has external endpoints (which keep their own responses) to answer it as they will; one
-/// that names another model than the response's is refused.
-pub fn pin_follow_up(
-    owners: &ResponseOwners,
-    body: &[u8],
-    prepared: Option<&mut Prepared>,
-    has_external: bool,
-) -> Result<(), ApiError> {
-    let Some(id) = previous_response_id(body) else {
-        return Ok(());
-    };
-    let Some(owner) = owners.owner(&id) else {
-        return match has_external {
-            true => Ok(()),
-            false => Err(unknown(&id, owners.capacity()).with_param("previous_response_id")),
-        };
-    };
-    match prepared {
-        Some(prepared) if prepared.model == owner.model => {
-            prepared.only = Some(owner.instance);
-            Ok(())
-        }
-        _ => Err(ApiError::invalid_param(
-            "previous_response_id",
-            format!(
-                "Response '{id}' was made by model '{}', which this request does not name.",
-                owner.model
-            ),
-        )),
-    }
-}
-
-/// Remembers, once its answer says it, where the response `opened` makes is stored.
-pub fn remember(opened: &mut Opened, owners: Arc<ResponseOwners>, metrics: Arc<GatewayMetrics>) {
-    let (Some(endpoint), Some(model)) = (opened.endpoint.clone(), opened.pool_model.clone()) else {
-        return;
-    };
-    if !opened.is_success() {
-        return;
-    }
-    let owner = Owner {
-        instance: opened.instance.clone(),
-        endpoint,
-        model,
-    };
-    let streamed = opened
-        .response
-        .content_type
-        .as_ref()
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    let body = std::mem::replace(&mut opened.response.body, futures::stream::empty().boxed());
-    opened.response.body = watch_for_id(body, streamed, move |id| {
-        let (remembered, forgotten) = owners.remember(id, owner);
-        metrics.on_response_stored(remembered, forgotten);
-    });
 }
 
 /// `GET /v1/responses/{id}`: the stored response, from the instance holding it.
@@ -262,38 +243,40 @@ async fn on_owner(
         .authenticate(authorization)
         .map_err(|r| rejected(&gateway.metrics, r))?;
     let request_id = request_id(headers.get(request_id::X_REQUEST_ID))?;
-    // Only ids an instance gave are remembered; one that would not stay one path segment is
-    // none of them.
-    let owner = gateway
-        .responses
-        .owner(id)
-        .filter(|_| {
-            id.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-        })
-        .ok_or_else(|| unknown(id, gateway.responses.capacity()))?;
+    let not_found = || {
+        ApiError::not_found(format!(
+            "Response {id:?} is not known: no instance behind this gateway is known to hold it."
+        ))
+        .with_code(switchyard_protocol::schedule::UNKNOWN_RESPONSE)
+    };
+    // Ids are one path segment of letters, digits and `-_.` (vLLM's and SGLang's are): another
+    // is none of theirs.
+    if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
+        return Err(not_found());
+    }
+    let deadline = tokio::time::Instant::now() + gateway.request_timeout;
+    let lookup = gateway.opener.scheduler().stored_response(id);
+    let owner = tokio::time::timeout_at(deadline, lookup)
+        .await
+        .map_err(|_| deadline_error())??
+        .ok_or_else(not_found)?;
     let path = format!("/v1/responses/{id}{suffix}");
     let call = gateway
         .opener
         .call_instance(method, &owner.endpoint, &path, &request_id);
-    let answer = tokio::time::timeout(gateway.request_timeout, call)
+    let answer = tokio::time::timeout_at(deadline, call)
         .await
         .map_err(|_| deadline_error())?
         .map_err(|e| {
             ApiError::bad_gateway(format!(
-                "The instance {} holding response '{id}' could not be reached: {e}",
-                owner.instance
+                "The instance {} holding response {id:?} could not be reached: {e}",
+                owner.instance_id
             ))
         })?;
     let instance =
-        HeaderValue::from_str(&owner.instance).unwrap_or(HeaderValue::from_static("unknown"));
+        HeaderValue::from_str(&owner.instance_id).unwrap_or(HeaderValue::from_static("unknown"));
     Ok(passed_through(answer, None, instance))
-}
-
-/// A response the gateway does not know where to find.
-fn unknown(id: &str, capacity: usize) -> ApiError {
-    ApiError::not_found(format!(
-        "Response '{id}' is not known to this gateway: it was not made through it, was made \
-         before it started, or was forgotten (it remembers the latest {capacity})."
-    ))
 }

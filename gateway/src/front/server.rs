@@ -4,7 +4,6 @@ use crate::front::admission::{Admission, Admitted};
 use crate::front::guarded_body::GuardedBody;
 use crate::front::model_book::ModelBook;
 use crate::front::preprocess::{estimated_tokens, prepare, prepare_off_worker, read_body};
-use crate::front::response_owners::ResponseOwners;
 use crate::front::responses;
 use crate::front::routes::{reload_logged, Routes};
 use crate::front::tokenize;
@@ -56,8 +55,6 @@ pub struct Gateway {
     pub request_timeout: Duration,
     /// Most resumptions of one broken stream.
     pub max_resumes: u32,
-    /// The instances holding stored responses.
-    pub responses: Arc<ResponseOwners>,
     /// The scheduler running in this process (in `serve`): its metrics join `/metrics` and its
     /// instance list is served on `/v1/instances`.
     pub in_process_scheduler: Option<Arc<dyn ScheduleApi>>,
@@ -194,17 +191,10 @@ async fn admit_and_relay(
         Target::Pool(m) => served(m),
         Target::External(_) => None,
     });
-    let mut prepared = match first_pool {
+    let prepared = match first_pool {
         Some(m) => Some(prepare_off_worker(route, &body, m).await?),
         None => None,
     };
-    if route == Route::Responses {
-        let has_external = plan
-            .attempts
-            .iter()
-            .any(|t| matches!(t, Target::External(_)));
-        responses::pin_follow_up(&gateway.responses, &body, prepared.as_mut(), has_external)?;
-    }
     // External endpoints only: no tokenizer counts the prompt.
     let prompt_tokens = prepared
         .as_ref()
@@ -253,8 +243,7 @@ async fn admit_and_relay(
         .open(&plan, &id, &upstream, &prepare_for, deadline, &mut alarm)
         .await?;
     if route == Route::Responses {
-        let (owners, metrics) = (gateway.responses.clone(), gateway.metrics.clone());
-        responses::remember(&mut opened, owners, metrics);
+        responses::remember(&mut opened, gateway.opener.scheduler().clone());
     }
     let instance =
         HeaderValue::from_str(&opened.instance).unwrap_or(HeaderValue::from_static("unknown"));

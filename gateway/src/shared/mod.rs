@@ -135,8 +135,8 @@ pub struct Prepared {
     /// The tokenized prompts (completions: each prompt; chat: the rendered conversation);
     /// empty for a model without a tokenizer, whose requests go upstream as sent.
     pub prompt_ids: Vec<Vec<u32>>,
-    /// The only instance that may take it (a follow-up to a response stored there).
-    pub only: Option<String>,
+    /// The stored response it continues (`/v1/responses`), whose instance alone may take it.
+    pub previous_response_id: Option<String>,
 }
 
 /// An external OpenAI-compatible endpoint.

@@ -23,7 +23,7 @@ use switchyard_protocol::migration::{
 };
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{
-    EngineKind, HandOffOutcome, Observed, ScheduleDecision, ScheduleRequest,
+    EngineKind, HandOffOutcome, Observed, ScheduleDecision, ScheduleRequest, UNKNOWN_RESPONSE,
 };
 use tokio::sync::Semaphore;
 
@@ -267,9 +267,12 @@ impl Opener {
                     self.metrics.on_fallback_after_429(&plan.label);
                 }
             }
+            // A stored response the pool does not hold may be the next target's own.
             let failed = match &outcome {
                 Ok(o) => falls_back(o.response.status.as_u16()),
-                Err(e) => falls_back(e.status),
+                Err(e) => {
+                    falls_back(e.status) || e.body.error.code.as_deref() == Some(UNKNOWN_RESPONSE)
+                }
             };
             after_429 = match &outcome {
                 Ok(o) => o.response.status == reqwest::StatusCode::TOO_MANY_REQUESTS,
@@ -308,7 +311,7 @@ impl Opener {
             priority: prepared.priority,
             gateway: Some(self.gateway_id.clone()),
             exclude: std::mem::take(&mut ask.exclude),
-            only: prepared.only.clone(),
+            previous_response_id: prepared.previous_response_id.clone(),
             ..Default::default()
         };
         let started = Instant::now();
@@ -502,6 +505,11 @@ impl Opener {
         } else {
             post_with_reqwest(&self.client, &url, headers, body).await
         }
+    }
+
+    /// The scheduler it places through.
+    pub fn scheduler(&self) -> &SchedulerClient {
+        &self.scheduler
     }
 
     /// Calls `path` on the pool instance at `endpoint` with `method` and no body (a stored

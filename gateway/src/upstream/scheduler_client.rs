@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{
     EngineKind, GatewayHeartbeat, Observed, ReleaseRequest, Released, ScheduleApi,
-    ScheduleDecision, ScheduleRequest, SchedulerSettings, SCHEDULER_SETTINGS_PATH,
+    ScheduleDecision, ScheduleRequest, SchedulerSettings, StoredResponse, SCHEDULER_SETTINGS_PATH,
+    STORED_RESPONSES_PATH, UNKNOWN_RESPONSE,
 };
 use switchyard_protocol::secret::Secret;
 
@@ -95,6 +96,31 @@ impl SchedulerClient {
                 request_id: request_id.to_string(),
                 observed,
             }),
+        }
+    }
+}
+
+impl SchedulerClient {
+    /// Remembers that stored response `response_id` lives on instance `instance_id`; done when
+    /// the scheduler has it (a follow-up may come as soon as the client reads the id).
+    pub async fn remember_response(&self, response_id: &str, instance_id: &str) {
+        match self {
+            SchedulerClient::InProcess(api) => api.remember_response(response_id, instance_id),
+            SchedulerClient::Remote(remote) => {
+                remote.remember_response(response_id, instance_id).await
+            }
+        }
+    }
+
+    /// Where stored response `response_id` lives, if the scheduler knows; an error when it
+    /// cannot be asked.
+    pub async fn stored_response(
+        &self,
+        response_id: &str,
+    ) -> Result<Option<StoredResponse>, ApiError> {
+        match self {
+            SchedulerClient::InProcess(api) => Ok(api.stored_response(response_id)),
+            SchedulerClient::Remote(remote) => remote.stored_response(response_id).await,
         }
     }
 }
@@ -210,6 +236,52 @@ impl RemoteScheduler {
         response.json().await.map_err(|e| format!("{url}: {e}"))
     }
 
+    async fn remember_response(&self, response_id: &str, instance_id: &str) {
+        let stored = StoredResponse {
+            response_id: response_id.to_string(),
+            instance_id: instance_id.to_string(),
+            endpoint: String::new(),
+        };
+        let sent = self
+            .client
+            .post(format!("{}{STORED_RESPONSES_PATH}", self.base))
+            .json(&stored)
+            .timeout(SCHEDULE_TIMEOUT)
+            .send()
+            .await;
+        if let Err(e) = sent.and_then(|r| r.error_for_status()) {
+            tracing::warn!(
+                "the scheduler {} was not told where response {response_id} lives: {e}",
+                self.base
+            );
+        }
+    }
+
+    async fn stored_response(&self, response_id: &str) -> Result<Option<StoredResponse>, ApiError> {
+        let url = format!("{}{STORED_RESPONSES_PATH}/{response_id}", self.base);
+        let unreachable = |e: String| {
+            ApiError::unavailable(format!(
+                "The scheduler could not say where response {response_id:?} lives: {e}"
+            ))
+        };
+        let answer = self
+            .client
+            .get(&url)
+            .timeout(SCHEDULE_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        match answer.status() {
+            StatusCode::NOT_FOUND => Ok(None),
+            status if status.is_success() => answer
+                .json()
+                .await
+                .map(Some)
+                .map_err(|e| unreachable(e.to_string())),
+            status => Err(unreachable(format!("it answered {status}"))),
+        }
+    }
+
     fn scheduler_down(&self) -> bool {
         let down = self.down_until.lock().unwrap_or_else(|p| p.into_inner());
         down.is_some_and(|until| Instant::now() < until)
@@ -257,6 +329,11 @@ impl RemoteScheduler {
                         .as_str()
                         .unwrap_or("the scheduler refused")
                         .to_string();
+                    if status == 404 && body["error"]["code"] == UNKNOWN_RESPONSE {
+                        return Err(ApiError::not_found(message)
+                            .with_param("previous_response_id")
+                            .with_code(UNKNOWN_RESPONSE));
+                    }
                     let mut err = ApiError::unavailable(format!(
                         "No instance can take the request: {message}"
                     ));

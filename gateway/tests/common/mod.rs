@@ -39,7 +39,6 @@ pub fn flags(retries: u32) -> GatewayFlags {
             queue_size: 16,
             queue_timeout: "30.0".parse().unwrap(),
         },
-        remembered_responses: 100_000,
         admin: AdminArgs { admin_key: None },
     }
 }
@@ -50,19 +49,24 @@ pub async fn gateway_running(
     flags: GatewayFlags,
     running: impl Fn(usize) -> u32,
 ) -> String {
-    let scheduler = Arc::new(
-        SchedulerService::new(
-            Scheduler::new(
-                SchedulerConfig {
-                    policy: Policy::LeastRequests,
-                    ..Default::default()
-                },
-                0,
-            ),
-            false,
-        )
-        .unwrap(),
-    );
+    let scheduler = Arc::new(scheduler_over(instances, running, 100_000));
+    gateway_on(SchedulerClient::InProcess(scheduler), flags).await
+}
+
+/// A scheduler (least-load placement) over pool `instances` of model `m`, the `i`th reporting
+/// `running(i)` requests, remembering up to `responses` stored responses.
+pub fn scheduler_over(
+    instances: &[(&str, EngineKind)],
+    running: impl Fn(usize) -> u32,
+    responses: usize,
+) -> SchedulerService {
+    let config = SchedulerConfig {
+        policy: Policy::LeastRequests,
+        ..Default::default()
+    };
+    let scheduler = SchedulerService::new(Scheduler::new(config, 0), false)
+        .unwrap()
+        .with_remembered_responses(responses);
     for (i, (url, kind)) in instances.iter().enumerate() {
         scheduler.add_instance(InstanceMeta {
             id: url.to_string(),
@@ -78,6 +82,12 @@ pub async fn gateway_running(
         };
         scheduler.on_status(url, status);
     }
+    scheduler
+}
+
+/// A gateway serving model `m` (with the built-in tokenizer) that places through `scheduler`:
+/// its URL.
+pub async fn gateway_on(scheduler: SchedulerClient, flags: GatewayFlags) -> String {
     let served = ServedModel {
         name: "m".into(),
         tokenizer: Some(builtin_tokenizer()),
@@ -90,7 +100,7 @@ pub async fn gateway_running(
         .build(
             Arc::new(ModelBook::new(vec![served])),
             false,
-            SchedulerClient::InProcess(scheduler),
+            scheduler,
             "test-gateway".into(),
             None,
             LocalEngines::default(),

@@ -24,6 +24,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 use switchyard_protocol::engine_state::{EngineStatus, StepSample};
 use switchyard_protocol::kv_events::{KvEvent, StoredBlock};
+use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{
     HandOff, InferStage, Observed, ScheduleDecision, ScheduleRequest,
 };
@@ -100,6 +101,13 @@ pub enum ScheduleError {
     /// With SLO admission: no instance would meet the SLOs.
     #[error("every instance is too busy to meet the SLOs")]
     AllEndpointsBusy,
+    /// A follow-up names a stored response the scheduler does not remember (with how many it
+    /// remembers).
+    #[error(
+        "Response {0:?} is not known: it was not made through this scheduler's instances, was \
+         made before it started, or was forgotten (it remembers the latest {1})"
+    )]
+    UnknownResponse(String, usize),
 }
 
 impl ScheduleError {
@@ -109,6 +117,19 @@ impl ScheduleError {
             ScheduleError::EndpointNotFound(_) => "endpoint_not_found",
             ScheduleError::NoAvailableEndpoint(_) => "no_available_endpoint",
             ScheduleError::AllEndpointsBusy => "all_endpoints_busy",
+            ScheduleError::UnknownResponse(..) => switchyard_protocol::schedule::UNKNOWN_RESPONSE,
+        }
+    }
+
+    /// The error a client gets: a 503 naming why no instance can take the request, or a 404
+    /// for an unknown stored response.
+    pub fn to_api_error(&self) -> ApiError {
+        match self {
+            ScheduleError::UnknownResponse(..) => ApiError::not_found(format!("{self}."))
+                .with_param("previous_response_id")
+                .with_code(self.label()),
+            _ => ApiError::unavailable(format!("No instance can take the request: {self}."))
+                .with_code(self.label()),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The scheduler's HTTP API.
 
 use super::SchedulerService;
-use axum::extract::State;
+use crate::scheduler::ScheduleError;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -12,13 +13,15 @@ use switchyard_http::error_response;
 use switchyard_protocol::migration::DRAIN_PATH;
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{
-    GatewayHeartbeat, ReleaseRequest, ReportRequest, ScheduleRequest, SCHEDULER_SETTINGS_PATH,
+    GatewayHeartbeat, ReleaseRequest, ReportRequest, ScheduleRequest, StoredResponse,
+    SCHEDULER_SETTINGS_PATH, STORED_RESPONSES_PATH,
 };
 use switchyard_protocol::secret::Secret;
 
-/// `POST /v1/schedule`, `/v1/release` (one or a JSON array), `/v1/report`; `GET /v1/instances`
-/// and `POST /v1/instances/drain` (behind `admin_key`, if any), `/v1/scheduler/settings`,
-/// `/health`, `/metrics`.
+/// `POST /v1/schedule`, `/v1/release` (one or a JSON array), `/v1/report`,
+/// `/v1/stored_responses`; `GET /v1/stored_responses/{id}`; `GET /v1/instances` and `POST
+/// /v1/instances/drain` (behind `admin_key`, if any), `/v1/scheduler/settings`, `/health`,
+/// `/metrics`.
 pub fn router(service: Arc<SchedulerService>, admin_key: Option<Secret>) -> Router {
     let admin = Router::new().route("/v1/instances", get(instances));
     admin_only(admin, admin_key.clone())
@@ -26,6 +29,8 @@ pub fn router(service: Arc<SchedulerService>, admin_key: Option<Secret>) -> Rout
         .route("/v1/release", post(release))
         .route("/v1/report", post(report))
         .route("/v1/heartbeat", post(heartbeat))
+        .route(STORED_RESPONSES_PATH, post(remember_response))
+        .route(&format!("{STORED_RESPONSES_PATH}/{{id}}"), get(stored_response))
         .route(
             SCHEDULER_SETTINGS_PATH,
             get(|State(service): State<Arc<SchedulerService>>| async move {
@@ -60,6 +65,7 @@ async fn schedule(
     };
     match service.schedule(&req) {
         Ok(decision) => Json(decision).into_response(),
+        Err(e @ ScheduleError::UnknownResponse(..)) => error_response(e.to_api_error()),
         Err(e) => error_response(ApiError::unavailable(e.to_string()).with_code(e.label())),
     }
 }
@@ -111,6 +117,33 @@ async fn heartbeat(
             StatusCode::OK.into_response()
         }
         Err(e) => error_response(e),
+    }
+}
+
+/// `POST /v1/stored_responses`: the instance holding a stored response, to remember.
+async fn remember_response(
+    State(service): State<Arc<SchedulerService>>,
+    body: axum::body::Bytes,
+) -> Response {
+    match parse::<StoredResponse>(&body) {
+        Ok(r) => {
+            service.remember_response(&r.response_id, &r.instance_id);
+            StatusCode::OK.into_response()
+        }
+        Err(e) => error_response(e),
+    }
+}
+
+/// `GET /v1/stored_responses/{id}`: where a stored response lives, or a 404.
+async fn stored_response(
+    State(service): State<Arc<SchedulerService>>,
+    Path(id): Path<String>,
+) -> Response {
+    match service.stored_response(&id) {
+        Some(stored) => Json(stored).into_response(),
+        None => {
+            error_response(ScheduleError::UnknownResponse(id, service.remembers()).to_api_error())
+        }
     }
 }
 

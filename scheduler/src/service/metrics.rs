@@ -59,6 +59,8 @@ pub struct SchedulerMetrics {
     failed: IntCounterVec,
     tracked: IntGauge,
     reclaimed: IntCounter,
+    stored_responses: IntGauge,
+    forgotten_responses: IntCounter,
     scrape_errors: IntCounterVec,
     kv_event_resyncs: IntCounterVec,
     duration: Histogram,
@@ -132,6 +134,16 @@ impl SchedulerMetrics {
             "Requests placed and not yet released by their gateway.",
         )?;
         reg.register(Box::new(tracked.clone()))?;
+        let stored_responses = IntGauge::new(
+            "scheduler_stored_responses",
+            "Stored responses (/v1/responses on vLLM or SGLang) whose instance the scheduler remembers.",
+        )?;
+        reg.register(Box::new(stored_responses.clone()))?;
+        let forgotten_responses = IntCounter::new(
+            "scheduler_stored_responses_forgotten_total",
+            "Stored responses whose instance was forgotten to stay within --remembered-responses.",
+        )?;
+        reg.register(Box::new(forgotten_responses.clone()))?;
         let reclaimed = IntCounter::new(
             "scheduler_reclaimed_requests_total",
             "Placed requests released because their gateway went silent.",
@@ -379,6 +391,8 @@ impl SchedulerMetrics {
             failed,
             tracked,
             reclaimed,
+            stored_responses,
+            forgotten_responses,
             scrape_errors,
             kv_event_resyncs,
             cms,
@@ -463,6 +477,12 @@ impl SchedulerMetrics {
     /// Counts a catch-up of instance `id`'s KV events for `reason`.
     pub fn on_kv_event_resync(&self, id: &str, reason: &str) {
         self.kv_event_resyncs.with_label_values(&[id, reason]).inc();
+    }
+
+    /// Sets how many stored responses' instances are remembered, and counts `forgotten` ones.
+    pub fn on_stored_responses(&self, remembered: usize, forgotten: usize) {
+        self.stored_responses.set(remembered as i64);
+        self.forgotten_responses.inc_by(forgotten as u64);
     }
 
     /// Sets how many placed requests are tracked, and counts those reclaimed from silent gateways.

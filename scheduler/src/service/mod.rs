@@ -6,6 +6,7 @@ mod http;
 mod metrics;
 mod migrations;
 mod sources;
+mod stored_responses;
 mod zmq_events;
 
 pub use discovery::{
@@ -20,12 +21,13 @@ use crate::cms::InstanceMeta;
 use crate::scheduler::{InstanceView, Lap, ScheduleError, Scheduler};
 use std::sync::Mutex;
 use std::time::Instant;
+use stored_responses::StoredResponses;
 use switchyard_protocol::clock::unix_now;
 use switchyard_protocol::engine_state::EngineStatus;
 use switchyard_protocol::kv_events::{KvEvent, StoredBlock};
 use switchyard_protocol::openai::ApiError;
 use switchyard_protocol::schedule::{
-    Observed, ScheduleApi, ScheduleDecision, ScheduleRequest, SchedulerSettings,
+    Observed, ScheduleApi, ScheduleDecision, ScheduleRequest, SchedulerSettings, StoredResponse,
 };
 
 /// A scheduler shared by the HTTP handlers, the instance sources and in-process gateways.
@@ -33,7 +35,11 @@ pub struct SchedulerService {
     core: Mutex<Scheduler>,
     metrics: SchedulerMetrics,
     migrations: migrations::Migrations,
+    stored: StoredResponses,
 }
+
+/// Stored responses whose instance the scheduler remembers, unless told otherwise.
+pub const DEFAULT_REMEMBERED_RESPONSES: usize = 100_000;
 
 impl SchedulerService {
     /// Wraps a scheduler; `process_metrics` adds the process collector to its metrics.
@@ -44,7 +50,14 @@ impl SchedulerService {
             core: Mutex::new(core),
             metrics,
             migrations,
+            stored: StoredResponses::new(DEFAULT_REMEMBERED_RESPONSES),
         })
+    }
+
+    /// The same service, remembering up to `capacity` stored responses' instances.
+    pub fn with_remembered_responses(mut self, capacity: usize) -> Self {
+        self.stored = StoredResponses::new(capacity);
+        self
     }
 
     /// The same service, presenting `key` to the engines it asks to move requests.
@@ -81,7 +94,36 @@ impl SchedulerService {
         if let Some(meta) = core.instance(id).map(|s| s.meta.clone()) {
             core.remove_instance(id);
             self.metrics.forget_instance(&meta);
+            let remembered = self.stored.forget_instance(id);
+            self.metrics.on_stored_responses(remembered, 0);
         }
+    }
+
+    /// Remembers that stored response `response_id` lives on instance `instance_id` (if known).
+    pub fn remember_response(&self, response_id: &str, instance_id: &str) {
+        if !self.has_instance(instance_id) {
+            return;
+        }
+        let (remembered, forgotten) = self
+            .stored
+            .remember(response_id.to_string(), instance_id.to_string());
+        self.metrics.on_stored_responses(remembered, forgotten);
+    }
+
+    /// How many stored responses' instances it remembers at most.
+    pub fn remembers(&self) -> usize {
+        self.stored.capacity()
+    }
+
+    /// Where stored response `response_id` lives, if remembered (and its instance is known).
+    pub fn stored_response(&self, response_id: &str) -> Option<StoredResponse> {
+        let instance_id = self.stored.owner(response_id)?;
+        let endpoint = self.core().instance(&instance_id)?.meta.endpoint.clone();
+        Some(StoredResponse {
+            response_id: response_id.to_string(),
+            instance_id,
+            endpoint,
+        })
     }
 
     /// Whether an instance is known.
@@ -162,7 +204,8 @@ impl SchedulerService {
 }
 
 impl SchedulerService {
-    /// Places a request (first forgetting the dispatches it carries as released).
+    /// Places a request (first forgetting the dispatches it carries as released); a follow-up to
+    /// a stored response only on the instance holding it.
     pub fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ScheduleError> {
         let started = Instant::now();
         let mut core = self.core();
@@ -173,9 +216,14 @@ impl SchedulerService {
         }
         let placing = Instant::now();
         let mut laps = [placing; 2];
-        let result = core.schedule_with(req, unix_now(), &mut |lap| {
-            laps[lap as usize] = Instant::now()
-        });
+        let result = match self.pinned(req) {
+            Ok(pinned) => {
+                core.schedule_with(pinned.as_ref().unwrap_or(req), unix_now(), &mut |lap| {
+                    laps[lap as usize] = Instant::now()
+                })
+            }
+            Err(e) => Err(e),
+        };
         drop(core);
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
         self.metrics
@@ -187,6 +235,24 @@ impl SchedulerService {
             );
         }
         result.map(|p| p.decision)
+    }
+
+    /// A follow-up to a stored response, pinned to the instance holding it (none for another
+    /// request); an error when that response is not remembered.
+    fn pinned(&self, req: &ScheduleRequest) -> Result<Option<ScheduleRequest>, ScheduleError> {
+        let Some(id) = &req.previous_response_id else {
+            return Ok(None);
+        };
+        match self.stored.owner(id) {
+            Some(owner) => Ok(Some(ScheduleRequest {
+                only: Some(owner),
+                ..req.clone()
+            })),
+            None => Err(ScheduleError::UnknownResponse(
+                id.clone(),
+                self.stored.capacity(),
+            )),
+        }
     }
 
     /// Forgets a request's dispatch; `observed` is what its client saw, if it finished.
@@ -231,10 +297,7 @@ fn placed_stage(
 /// The scheduler as a gateway in the same process (`switchyard serve`) sees it.
 impl ScheduleApi for SchedulerService {
     fn schedule(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ApiError> {
-        SchedulerService::schedule(self, req).map_err(|e| {
-            ApiError::unavailable(format!("No instance can take the request: {e}."))
-                .with_code(e.label())
-        })
+        SchedulerService::schedule(self, req).map_err(|e| e.to_api_error())
     }
 
     fn release(&self, request_id: &str, observed: &Observed, gateway: Option<&str>) {
@@ -247,5 +310,13 @@ impl ScheduleApi for SchedulerService {
 
     fn instances(&self) -> serde_json::Value {
         serde_json::to_value(SchedulerService::instances(self)).unwrap_or_default()
+    }
+
+    fn remember_response(&self, response_id: &str, instance_id: &str) {
+        SchedulerService::remember_response(self, response_id, instance_id);
+    }
+
+    fn stored_response(&self, response_id: &str) -> Option<StoredResponse> {
+        SchedulerService::stored_response(self, response_id)
     }
 }
