@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::Router;
-use common::{call_route, flags, gateway_running};
+use common::{call_route, flags, gateway_running, get_route};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -235,12 +235,7 @@ async fn complete(gateway: &str) -> (u16, String, Value) {
 }
 
 async fn metrics(gateway: &str) -> String {
-    reqwest::get(format!("{gateway}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    get_route(gateway, "/metrics").await.2
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use common::{call_route, flags, gateway_on, gateway_running, scheduler_over};
+use common::{call_route, flags, gateway_on, gateway_running, get_route, scheduler_over};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -124,17 +124,6 @@ async fn create_through(gateway: &str, body: Value) -> (String, String) {
     (id, instance)
 }
 
-async fn get_through(gateway: &str, path: &str) -> (u16, String, String) {
-    let r = reqwest::get(format!("{gateway}{path}")).await.unwrap();
-    let status = r.status().as_u16();
-    let instance = r
-        .headers()
-        .get("x-switchyard-instance")
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default();
-    (status, instance, r.text().await.unwrap())
-}
-
 #[tokio::test]
 async fn stored_responses_are_followed_up_retrieved_and_cancelled_where_they_live() {
     let ((a, a_stored), (b, b_stored)) = (vllm("a").await, vllm("b").await);
@@ -175,7 +164,7 @@ async fn stored_responses_are_followed_up_retrieved_and_cancelled_where_they_liv
             assert_eq!(&instance, owner, "the follow-up of {id}");
             assert!(next.starts_with(if *owner == a { "resp_a" } else { "resp_b" }));
         }
-        let (status, instance, text) = get_through(other, &format!("/v1/responses/{id}")).await;
+        let (status, instance, text) = get_route(other, &format!("/v1/responses/{id}")).await;
         assert_eq!((status, &instance), (200, owner), "{text}");
         let retrieved: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(retrieved["id"], json!(id));
@@ -200,7 +189,7 @@ async fn stored_responses_are_followed_up_retrieved_and_cancelled_where_they_liv
     let error: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(error["error"]["param"], "previous_response_id", "{text}");
     for path in ["/v1/responses/resp_nowhere", "/v1/responses/resp%2F..%2Fx"] {
-        let (status, _, text) = get_through(&gateways[1], path).await;
+        let (status, _, text) = get_route(&gateways[1], path).await;
         assert_eq!(status, 404, "{path}: {text}");
     }
     // Bad requests change nothing.
@@ -232,14 +221,14 @@ async fn the_oldest_stored_responses_are_forgotten_past_the_limit_and_counted() 
                 .0,
         );
     }
-    let (status, _, text) = get_through(&gw, &format!("/v1/responses/{}", ids[0])).await;
+    let (status, _, text) = get_route(&gw, &format!("/v1/responses/{}", ids[0])).await;
     assert_eq!(status, 404, "{text}");
     let follow_up = json!({"model": "m", "previous_response_id": ids[0], "input": "x"});
     let (status, _, text) = call_route(&gw, "/v1/responses", follow_up).await;
     assert_eq!(status, 404, "{text}");
     assert!(text.contains("latest 2"), "{text}");
     for id in &ids[1..] {
-        let (status, _, text) = get_through(&gw, &format!("/v1/responses/{id}")).await;
+        let (status, _, text) = get_route(&gw, &format!("/v1/responses/{id}")).await;
         assert_eq!(status, 200, "{text}");
     }
     let metrics = scheduler.render_metrics();
@@ -253,7 +242,7 @@ async fn the_oldest_stored_responses_are_forgotten_past_the_limit_and_counted() 
     );
     // An instance that leaves takes its responses along.
     scheduler.remove_instance(&a);
-    let (status, _, _) = get_through(&gw, &format!("/v1/responses/{}", ids[2])).await;
+    let (status, _, _) = get_route(&gw, &format!("/v1/responses/{}", ids[2])).await;
     assert_eq!(status, 404);
 }
 

@@ -114,12 +114,20 @@ pub async fn gateway_on(scheduler: SchedulerClient, flags: GatewayFlags) -> Stri
 
 /// Posts `body` to the gateway's `route`: the status, the instance that answered and the body.
 pub async fn call_route(gateway: &str, route: &str, body: Value) -> (u16, String, String) {
-    let r = reqwest::Client::new()
+    let sent = reqwest::Client::new()
         .post(format!("{gateway}{route}"))
         .json(&body)
-        .send()
-        .await
-        .unwrap();
+        .send();
+    answered(sent.await.unwrap()).await
+}
+
+/// Gets the gateway's `path`: the status, the instance that answered and the body.
+pub async fn get_route(gateway: &str, path: &str) -> (u16, String, String) {
+    answered(reqwest::get(format!("{gateway}{path}")).await.unwrap()).await
+}
+
+/// An answer's status, the instance that answered and its body.
+async fn answered(r: reqwest::Response) -> (u16, String, String) {
     let status = r.status().as_u16();
     let instance = r
         .headers()
