@@ -248,6 +248,9 @@ def component_dashboard():
             description="Placed and not yet released by their gateway.")
     d.rate("Reclaimed requests", "scheduler_reclaimed_requests_total", "",
            description="Released because their gateway went silent (killed or cut off).")
+    d.rate("Session placements", "scheduler_session_placements_total", "outcome",
+           description="Requests naming a session (prompt_cache_key, x-session-id): kept on the "
+                       "session's instance, moved off it (over its load bound, or gone), or new.")
     d.gauge("Stored responses remembered", "scheduler_stored_responses", "instance",
             aggregate="max",
             description="Stored responses (/v1/responses on vLLM or SGLang) whose instance the "

@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run engines, scheduler and gateway in one process: one OpenAI endpoint in front of them.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Run engine instances (OpenAI server + continuous batching + KV cache + backend).
     Engine {
         /// Where the instances listen.
@@ -83,7 +83,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             tracing::info!("switchyard serve starting with {args:?}");
-            runtime.block_on(serve::run(args))
+            runtime.block_on(serve::run(*args))
         }
         Command::Engine { listen, engine } => {
             tracing::info!("switchyard engine starting with {listen:?} {engine:?}");

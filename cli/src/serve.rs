@@ -14,7 +14,7 @@ use switchyard_gateway::shared::ServedModel;
 use switchyard_gateway::upstream::local::LocalEngines;
 use switchyard_gateway::upstream::scheduler_client::SchedulerClient;
 use switchyard_protocol::schedule::InferStage;
-use switchyard_scheduler::launcher::{PdFlags, ReschedulingFlags, SloFlags, StoredResponseFlags};
+use switchyard_scheduler::launcher::{AffinityFlags, PdFlags, ReschedulingFlags, SloFlags};
 use switchyard_scheduler::policy::Policy;
 use switchyard_scheduler::service::{
     drain_router, run_discovery, Discovery, FollowSettings, SchedulerService,
@@ -63,9 +63,9 @@ pub struct ServeArgs {
     /// Adaptive prefill/decode disaggregation over neutral engines.
     #[command(flatten)]
     pub pd: PdFlags,
-    /// Where stored responses live.
+    /// Sessions and stored responses.
     #[command(flatten)]
-    pub stored_responses: StoredResponseFlags,
+    pub affinity: AffinityFlags,
     /// Routing, retries, deadlines, keys, rates and concurrency at the gateway.
     #[command(flatten)]
     pub gateway: GatewayFlags,
@@ -148,17 +148,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let scheduler = Arc::new(
         SchedulerService::new(
             Scheduler::new(
-                args.slo.apply(args.pd.apply(SchedulerConfig {
-                    policy: args.policy,
-                    block_size: args.engine.block_size as u32,
-                    ..Default::default()
-                }))?,
+                args.slo
+                    .apply(args.pd.apply(args.affinity.apply(SchedulerConfig {
+                        policy: args.policy,
+                        block_size: args.engine.block_size as u32,
+                        ..Default::default()
+                    })))?,
                 0,
             ),
             false,
         )?
         .with_engine_key(args.gateway.admin.admin_key.clone())
-        .with_remembered_responses(args.stored_responses.capacity()),
+        .with_remembered_responses(args.affinity.responses()),
     );
     tokio::spawn(run_discovery(
         scheduler.clone(),

@@ -816,3 +816,55 @@ async fn an_https_endpoint_is_reached_when_its_ca_is_trusted() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_sessions_requests_stay_on_one_instance() {
+    let (a, b) = (
+        fake(Behaviour::Answer(200)).await,
+        fake(Behaviour::Answer(200)).await,
+    );
+    // Both idle: requests of no session are drawn between them.
+    let gw = gateway_running(&[sw(&a.url), sw(&b.url)], flags(0), |_| 0).await;
+    let mut plain = std::collections::BTreeSet::new();
+    for _ in 0..32 {
+        let (status, instance, _) = call(&gw, json!({"model": "m", "prompt": "hi"})).await;
+        assert_eq!(status, 200);
+        plain.insert(instance);
+    }
+    assert_eq!(plain.len(), 2, "{plain:?}");
+    for session in ["chat-1", "chat-2", "chat-3"] {
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..8 {
+            let body = json!({"model": "m", "prompt": "hi", "prompt_cache_key": session});
+            let (status, instance, text) = call(&gw, body).await;
+            assert_eq!(status, 200, "{text}");
+            seen.insert(instance);
+            let chat = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+            let r = reqwest::Client::new()
+                .post(format!("{gw}/v1/chat/completions"))
+                .header("x-session-id", session)
+                .json(&chat)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            seen.insert(
+                r.headers()["x-switchyard-instance"]
+                    .to_str()
+                    .unwrap()
+                    .into(),
+            );
+        }
+        assert_eq!(seen.len(), 1, "{session}: {seen:?}");
+    }
+    let calls = a.calls.load(Ordering::SeqCst) + b.calls.load(Ordering::SeqCst);
+    for bad in [json!(7), json!("k".repeat(1025))] {
+        let body = json!({"model": "m", "prompt": "hi", "prompt_cache_key": bad});
+        let (status, _, text) = call(&gw, body).await;
+        assert_eq!(status, 400, "{text}");
+    }
+    assert_eq!(
+        a.calls.load(Ordering::SeqCst) + b.calls.load(Ordering::SeqCst),
+        calls
+    );
+}

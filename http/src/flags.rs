@@ -78,6 +78,13 @@ number_flag!(
 );
 
 number_flag!(
+    /// A factor of at least 1 (a bound over a mean).
+    AtLeastOne,
+    |v| v >= 1.0,
+    "a number, 1 or more"
+);
+
+number_flag!(
     /// A share: above 0, at most 1.
     Share,
     |v| v > 0.0 && v <= 1.0,

@@ -74,6 +74,10 @@ pub struct ScheduleRequest {
     /// instance holding it, or refused when the scheduler knows no such response.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_response_id: Option<String>,
+    /// The session it belongs to (OpenAI's `prompt_cache_key`, or an `x-session-id` header):
+    /// kept on the session's instance while that is not over its load bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
     /// The gateway asking, so its accounting can be reclaimed if it disappears.
     #[serde(default)]
     pub gateway: Option<String>,

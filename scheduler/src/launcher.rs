@@ -4,6 +4,7 @@
 use crate::adaptive_pd::AdaptivePd;
 use crate::policy::Policy;
 use crate::rescheduler::ReschedulerConfig;
+use crate::scheduler::{DEFAULT_SESSIONS, DEFAULT_SESSION_LOAD_BOUND, DEFAULT_SESSION_LOAD_SLACK};
 use crate::score::Slos;
 use crate::service::{
     first_statuses, parse_entry, router, run_discovery, run_rescheduler, Discovery, FollowSettings,
@@ -11,10 +12,11 @@ use crate::service::{
 };
 use crate::{Scheduler, SchedulerConfig};
 use anyhow::Context;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_http::admin::AdminArgs;
-use switchyard_http::flags::{Positive, Seconds, SecondsOrZero};
+use switchyard_http::flags::{AtLeastOne, NonNegative, Positive, Seconds, SecondsOrZero};
 use switchyard_protocol::vllm_kv_events::ZmqPorts;
 
 /// How long the server waits, once stopped, for answers still being written.
@@ -100,17 +102,34 @@ pub struct SchedulerArgs {
     /// Adaptive prefill/decode disaggregation.
     #[command(flatten)]
     pub pd: PdFlags,
-    /// Where stored responses live.
+    /// Sessions and stored responses.
     #[command(flatten)]
-    pub stored_responses: StoredResponseFlags,
+    pub affinity: AffinityFlags,
     /// The key of the admin endpoints.
     #[command(flatten)]
     pub admin: AdminArgs,
 }
 
-/// Stored responses (`/v1/responses` on vLLM or SGLang), shared by `scheduler` and `serve`.
+/// What keeps requests together, shared by `scheduler` and `serve`: sessions and stored
+/// responses.
 #[derive(Debug, Clone, clap::Args)]
-pub struct StoredResponseFlags {
+pub struct AffinityFlags {
+    /// Sessions (OpenAI's `prompt_cache_key`, or an `x-session-id` header) whose instance the
+    /// scheduler remembers, to keep each session's requests there; past it the least recently
+    /// seen are forgotten (their next request is placed as any other).
+    #[arg(long, env = "SWITCHYARD_REMEMBERED_SESSIONS", default_value_t = DEFAULT_SESSIONS as u64,
+        value_parser = clap::value_parser!(u64).range(1..))]
+    pub remembered_sessions: u64,
+    /// A session's requests stay on its instance while that carries at most this many times
+    /// the mean load (requests running, waiting and in flight) of the model's instances, the
+    /// request counted, or at most --session-load-slack requests over it; past both they go
+    /// where the policy puts them, and the session follows.
+    #[arg(long, env = "SWITCHYARD_SESSION_LOAD_BOUND", default_value_t = AtLeastOne::new(DEFAULT_SESSION_LOAD_BOUND).expect("a bound of at least 1"))]
+    pub session_load_bound: AtLeastOne,
+    /// Requests over the mean load that a session's instance may carry whatever the bound (at
+    /// light load a factor of a small mean would split a session across idle instances).
+    #[arg(long, env = "SWITCHYARD_SESSION_LOAD_SLACK", default_value_t = NonNegative::new(DEFAULT_SESSION_LOAD_SLACK).expect("a slack of zero or more"))]
+    pub session_load_slack: NonNegative,
     /// Stored responses (`/v1/responses` on vLLM or SGLang, which keep them in their own
     /// memory) whose instance the scheduler remembers, so that their follow-ups
     /// (`previous_response_id`), retrievals and cancels reach it through any gateway; past it
@@ -121,9 +140,20 @@ pub struct StoredResponseFlags {
     pub remembered_responses: u64,
 }
 
-impl StoredResponseFlags {
+impl AffinityFlags {
+    /// `config` with these settings.
+    pub fn apply(&self, config: SchedulerConfig) -> SchedulerConfig {
+        let sessions = usize::try_from(self.remembered_sessions).unwrap_or(usize::MAX);
+        SchedulerConfig {
+            sessions: NonZeroUsize::new(sessions).unwrap_or(NonZeroUsize::MIN),
+            session_load_bound: *self.session_load_bound,
+            session_load_slack: *self.session_load_slack,
+            ..config
+        }
+    }
+
     /// How many stored responses' instances to remember.
-    pub fn capacity(&self) -> usize {
+    pub fn responses(&self) -> usize {
         usize::try_from(self.remembered_responses).unwrap_or(usize::MAX)
     }
 }
@@ -204,7 +234,7 @@ impl SchedulerArgs {
             block_size: self.block_size,
             ..Default::default()
         };
-        self.slo.apply(self.pd.apply(config))
+        self.slo.apply(self.pd.apply(self.affinity.apply(config)))
     }
 }
 
@@ -321,7 +351,7 @@ pub async fn run(
     let service = Arc::new(
         SchedulerService::new(Scheduler::new(args.config()?, args.seed), true)?
             .with_engine_key(args.admin.admin_key.clone())
-            .with_remembered_responses(args.stored_responses.capacity()),
+            .with_remembered_responses(args.affinity.responses()),
     );
     let ticking = service.clone();
     tokio::spawn(async move {

@@ -12,6 +12,7 @@
 //! - [`adaptive_pd`]: which neutral instances lean prefill or decode under adaptive PD, and
 //!   [`pd_split`]: when every prompt is handed over, with the decode side sized first.
 //! - [`moving_sum`]: sums that fade with time, behind adaptive PD's rates.
+//! - [`sessions`]: sticky sessions, each kept on its instance while that is within a load bound.
 //! - [`scheduler`]: all of the above behind schedule / release / report.
 //! - [`scrape`]: engine state from the `/metrics` pages of vLLM, SGLang, FastDeploy and MindIE.
 //! - [`vllm_events`]: vLLM's and SGLang's KV events, read and turned into switchyard's hashes.
@@ -40,6 +41,7 @@ pub mod scheduler;
 pub mod score;
 pub mod scrape;
 pub mod service;
+pub mod sessions;
 pub mod step_fits;
 pub mod vllm_events;
 

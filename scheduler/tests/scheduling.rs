@@ -171,6 +171,63 @@ fn a_request_pinned_to_an_instance_goes_there_under_every_policy_or_nowhere() {
     }
 }
 
+#[test]
+fn a_session_stays_on_its_instance_under_every_policy_until_it_carries_too_much() {
+    use switchyard_scheduler::sessions::SessionOutcome;
+    for policy in Policy::ALL {
+        // A slack of 2 requests over the mean (8 by default).
+        let config = SchedulerConfig {
+            policy,
+            session_load_slack: 2.0,
+            ..Default::default()
+        };
+        let mut s = cluster_with(config, 4);
+        for i in 0..4 {
+            s.on_status(&format!("i{i}"), idle(), 100.0);
+        }
+        let ask = |id: &str| ScheduleRequest {
+            session: Some("chat-1".into()),
+            ..request(id, &[7; 64])
+        };
+        let first = s.schedule(&ask("r0"), 100.0).unwrap();
+        assert_eq!(first.session, Some(SessionOutcome::New), "{policy:?}");
+        let home = first.decision.instance_id;
+        // Each stays in flight: the session's instance carries more and more, and the others
+        // take the requests of no session.
+        let mut outcomes = Vec::new();
+        for r in 1..12 {
+            if r % 2 == 0 {
+                s.schedule(&request(&format!("other{r}"), &[r; 64]), 100.0)
+                    .unwrap();
+            }
+            let placed = s.schedule(&ask(&format!("r{r}")), 100.0).unwrap();
+            outcomes.push((placed.session.unwrap(), placed.decision.instance_id));
+        }
+        let kept = outcomes
+            .iter()
+            .take_while(|(o, at)| *o == SessionOutcome::Kept && *at == home)
+            .count();
+        assert!(kept >= 2, "{policy:?}: {outcomes:?}");
+        // Once over 1.25x the mean load and 2 requests over it, the session moves, and stays
+        // where it moved.
+        let (moved, to) = &outcomes[kept];
+        assert_eq!(*moved, SessionOutcome::Moved, "{policy:?}: {outcomes:?}");
+        assert_ne!(*to, home, "{policy:?}");
+        let next = &outcomes[kept + 1];
+        assert!(
+            next.1 == *to || next.0 == SessionOutcome::Moved,
+            "{policy:?}: {outcomes:?}"
+        );
+        // Requests without a session say nothing of one.
+        assert_eq!(
+            s.schedule(&request("plain", &[1; 64]), 100.0)
+                .unwrap()
+                .session,
+            None
+        );
+    }
+}
+
 /// How an instance's cache reaches the index: switchyard's own events, or vLLM's (either
 /// generation), decoded and translated from the engine's blocks and tokens. The placement tests
 /// that rest on cached prefixes run with each, and must place alike.

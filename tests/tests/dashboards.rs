@@ -47,6 +47,10 @@ const EVENT_FAMILIES: &[(&str, &str)] = &[
         "a vLLM/SGLang instance's KV events are followed",
     ),
     ("scheduler_rescheduling_total", "a request is moved"),
+    (
+        "scheduler_session_placements_total",
+        "a request names a session",
+    ),
     ("scheduler_rescheduling_failed_total", "a move fails"),
     (
         "scheduler_kv_transfer_bytes_total",

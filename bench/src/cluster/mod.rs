@@ -509,6 +509,7 @@ impl Cluster {
             exclude: Vec::new(),
             only: None,
             previous_response_id: None,
+            session: None,
             gateway: None,
             released: Vec::new(),
         };

@@ -2,7 +2,8 @@
 //! [`slots`] apply keys, rates and concurrency; [`preprocess`] checks, renders, tokenizes and
 //! hashes a request for one of the models in the [`model_book`] ([`pooling`] those for
 //! embedding and reranking models, [`responses`] those of the Responses API, whose stored
-//! responses the scheduler finds again); [`routes`] says where a model's requests go;
+//! responses the scheduler finds again); [`session`] reads the session a request belongs to;
+//! [`routes`] says where a model's requests go;
 //! [`guarded_body`] reads a body within its limit.
 
 pub mod admission;
@@ -13,5 +14,6 @@ pub mod preprocess;
 pub mod responses;
 pub mod routes;
 pub mod server;
+pub mod session;
 pub mod slots;
 pub mod tokenize;

@@ -30,6 +30,7 @@ pub fn prepare(
         priority: 0,
         prompt_ids: Vec::new(),
         previous_response_id: None,
+        session: None,
     })
 }
 

@@ -134,6 +134,7 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
                 priority: req.sampling.priority.unwrap_or(0),
                 prompt_ids,
                 previous_response_id: None,
+                session: None,
             })
         }
         Route::Whole(kind) => crate::front::pooling::prepare(kind, body, model, vocab_size),
@@ -159,6 +160,7 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
                     priority: req.sampling.priority.unwrap_or(0),
                     prompt_ids: Vec::new(),
                     previous_response_id: None,
+                    session: None,
                 });
             };
             let ids = chat_prompt(model.chat_template.as_deref(), tokenizer, &req)?;
@@ -171,6 +173,7 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
                 priority: req.sampling.priority.unwrap_or(0),
                 prompt_ids: vec![ids],
                 previous_response_id: None,
+                session: None,
             })
         }
     }

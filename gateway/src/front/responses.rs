@@ -60,6 +60,7 @@ pub fn prepare(body: &[u8], model: &ServedModel) -> Result<Prepared, ApiError> {
         priority: 0,
         prompt_ids: Vec::new(),
         previous_response_id: req.previous_response_id,
+        session: None,
     })
 }
 

@@ -6,11 +6,12 @@ use crate::front::model_book::ModelBook;
 use crate::front::preprocess::{estimated_tokens, prepare, prepare_off_worker, read_body};
 use crate::front::responses;
 use crate::front::routes::{reload_logged, Routes};
+use crate::front::session;
 use crate::front::tokenize;
 use crate::metrics::GatewayMetrics;
 use crate::relay::observe::RelayObserver;
 use crate::relay::session::{collect, stream_body, ResumeWith, Session};
-use crate::shared::{deadline_error, Pooling, Route, ServedModel, Target};
+use crate::shared::{deadline_error, Pooling, Prepared, Route, ServedModel, Target};
 use crate::upstream::answer::Answer;
 use crate::upstream::engine_request::UpstreamRequest;
 use crate::upstream::open::{Opener, ReleaseOnDrop};
@@ -191,8 +192,13 @@ async fn admit_and_relay(
         Target::Pool(m) => served(m),
         Target::External(_) => None,
     });
+    let session = session::session(headers, &map)?;
+    let with_session = |mut p: Prepared| {
+        p.session.clone_from(&session);
+        p
+    };
     let prepared = match first_pool {
-        Some(m) => Some(prepare_off_worker(route, &body, m).await?),
+        Some(m) => Some(with_session(prepare_off_worker(route, &body, m).await?)),
         None => None,
     };
     // External endpoints only: no tokenizer counts the prompt.
@@ -234,7 +240,7 @@ async fn admit_and_relay(
     }
     let prepare_for = |name: &str| match (&prepared, served(name)) {
         (Some(p), _) if p.model == name => Ok(Cow::Borrowed(p)),
-        (_, Some(m)) => prepare(route, &body, m).map(Cow::Owned),
+        (_, Some(m)) => prepare(route, &body, m).map(|p| Cow::Owned(with_session(p))),
         (_, None) => Err(ApiError::model_not_found(name)),
     };
     let mut alarm = Box::pin(tokio::time::sleep_until(deadline));

@@ -137,6 +137,8 @@ pub struct Prepared {
     pub prompt_ids: Vec<Vec<u32>>,
     /// The stored response it continues (`/v1/responses`), whose instance alone may take it.
     pub previous_response_id: Option<String>,
+    /// The session it belongs to, kept on one instance while that is within its load bound.
+    pub session: Option<String>,
 }
 
 /// An external OpenAI-compatible endpoint.

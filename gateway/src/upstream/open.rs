@@ -312,6 +312,7 @@ impl Opener {
             gateway: Some(self.gateway_id.clone()),
             exclude: std::mem::take(&mut ask.exclude),
             previous_response_id: prepared.previous_response_id.clone(),
+            session: prepared.session.clone(),
             ..Default::default()
         };
         let started = Instant::now();

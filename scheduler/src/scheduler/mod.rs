@@ -18,10 +18,12 @@ use crate::policy::{CandidateMetrics, Policy, SoftLimits};
 use crate::predictor::{PredictionErrors, StepTimeFit};
 use crate::prefix_index::{IndexError, PrefixIndex, Slot};
 use crate::score::{overshoot, score, Slos};
+use crate::sessions::{SessionOutcome, Sessions};
 use crate::step_fits::StepFits;
 use rand::{rngs::SmallRng, SeedableRng};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
+use std::num::NonZeroUsize;
 use switchyard_protocol::engine_state::{EngineStatus, StepSample};
 use switchyard_protocol::kv_events::{KvEvent, StoredBlock};
 use switchyard_protocol::openai::ApiError;
@@ -65,7 +67,24 @@ pub struct SchedulerConfig {
     /// Adaptive prefill/decode disaggregation over each model's neutral instances (`--pd
     /// adaptive`); `None` serves them colocated.
     pub adaptive_pd: Option<AdaptivePd>,
+    /// Sessions whose instance is remembered (the least recently seen forgotten first).
+    pub sessions: NonZeroUsize,
+    /// A session stays on its instance while that carries at most this many times the mean
+    /// load of the model's candidates...
+    pub session_load_bound: f64,
+    /// ...or at most this many requests over it.
+    pub session_load_slack: f64,
 }
+
+/// Sessions remembered unless told otherwise.
+pub const DEFAULT_SESSIONS: usize = 100_000;
+
+/// How much more than the mean load a session's instance may carry, unless told otherwise: as
+/// a factor...
+pub const DEFAULT_SESSION_LOAD_BOUND: f64 = 1.25;
+
+/// ...and in requests.
+pub const DEFAULT_SESSION_LOAD_SLACK: f64 = 8.0;
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
@@ -85,6 +104,9 @@ impl Default for SchedulerConfig {
             gateway_timeout: 30.0,
             model_policies: Vec::new(),
             adaptive_pd: None,
+            sessions: NonZeroUsize::new(DEFAULT_SESSIONS).unwrap_or(NonZeroUsize::MIN),
+            session_load_bound: DEFAULT_SESSION_LOAD_BOUND,
+            session_load_slack: DEFAULT_SESSION_LOAD_SLACK,
         }
     }
 }
@@ -154,6 +176,8 @@ pub struct Placement {
     pub best_hit_ratio: f64,
     /// The tokens its answer was expected to have (see [`crate::answer_length`]).
     pub answer_tokens: f64,
+    /// What became of its session, when it names one.
+    pub session: Option<SessionOutcome>,
 }
 
 /// An instance as `GET /v1/instances` shows it.
@@ -183,6 +207,8 @@ pub struct InstanceView {
 /// The scheduler of one cluster.
 pub struct Scheduler {
     config: SchedulerConfig,
+    /// Each recent session's instance.
+    sessions: Sessions,
     cms: Cms,
     lrs: Lrs,
     index: PrefixIndex,
@@ -213,6 +239,11 @@ impl Scheduler {
     pub fn new(config: SchedulerConfig, seed: u64) -> Self {
         Scheduler {
             index: PrefixIndex::new(config.routed_capacity),
+            sessions: Sessions::new(
+                config.sessions,
+                config.session_load_bound,
+                config.session_load_slack,
+            ),
             config,
             cms: Cms::default(),
             lrs: Lrs::default(),
@@ -699,15 +730,30 @@ impl Scheduler {
             candidates.retain(|c| limits.admits(policy, &c.1));
         }
         let tpot = self.slos_for(&req.model).tpot;
-        let chosen = choose(
-            policy,
-            &candidates,
-            tpot,
-            &mut self.round_robin,
-            &mut self.rng,
-        );
+        // A session's request goes to its instance while that is within its load bound.
+        let kept = req.session.as_deref().map(|session| {
+            let loads: Vec<(&str, f64)> = candidates
+                .iter()
+                .map(|(state, m)| (state.meta.id.as_str(), m.requests))
+                .collect();
+            self.sessions.keep(session, &loads)
+        });
+        let chosen = match kept {
+            Some(Ok(at)) => at,
+            _ => choose(
+                policy,
+                &candidates,
+                tpot,
+                &mut self.round_robin,
+                &mut self.rng,
+            ),
+        };
         log_candidates(&req.request_id, policy, &candidates, Some(chosen));
         let (state, metrics) = candidates.swap_remove(chosen);
+        if let Some(session) = &req.session {
+            self.sessions.placed(session, &state.meta.id);
+        }
+        let session = kept.map(|k| k.map_or_else(|outcome| outcome, |_| SessionOutcome::Kept));
         let runner_up = runner_up(policy, &candidates);
         let decision = ScheduleDecision {
             instance_id: state.meta.id.clone(),
@@ -727,6 +773,7 @@ impl Scheduler {
             metrics,
             best_hit_ratio,
             answer_tokens: self.answer,
+            session,
         })
     }
 

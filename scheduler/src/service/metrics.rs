@@ -57,6 +57,7 @@ pub struct SchedulerMetrics {
     registry: Registry,
     scheduling: IntCounter,
     failed: IntCounterVec,
+    sessions: IntCounterVec,
     tracked: IntGauge,
     reclaimed: IntCounter,
     stored_responses: IntGauge,
@@ -172,6 +173,14 @@ impl SchedulerMetrics {
             ),
             &["error_type"],
         )?;
+        let sessions = IntCounterVec::new(
+            Opts::new(
+                "scheduler_session_placements_total",
+                "Placements of requests naming a session: on its instance (kept), elsewhere as it was over its load bound or gone (moved), or as any request (new).",
+            ),
+            &["outcome"],
+        )?;
+        reg.register(Box::new(sessions.clone()))?;
         reg.register(Box::new(failed.clone()))?;
         let cms_readings: Vec<(&str, Reading)> = vec![
             ("instance_cms_waiting_requests", |v| {
@@ -389,6 +398,7 @@ impl SchedulerMetrics {
             selected: Default::default(),
             scheduling,
             failed,
+            sessions,
             tracked,
             reclaimed,
             stored_responses,
@@ -428,6 +438,9 @@ impl SchedulerMetrics {
         match result {
             Ok(p) => {
                 self.scheduling.inc();
+                if let Some(outcome) = p.session {
+                    self.sessions.with_label_values(&[outcome.label()]).inc();
+                }
                 let series = self.selected(stage);
                 series.kv_usage.observe(p.metrics.kv_usage_projected);
                 series.decode_batch.observe(p.metrics.decode_batch);
