@@ -104,6 +104,7 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<()> {
         model,
         api_key: args.api_key.clone(),
         timeout: args.request_timeout.duration(),
+        session_keys: args.workload.session_keys,
     };
     let w = &args.workload;
     let words = Words::builtin();

@@ -20,10 +20,12 @@ pub struct Target {
     pub api_key: Option<String>,
     /// Longest a request may take before it counts as a `timeout`.
     pub timeout: Duration,
+    /// Whether requests name their session as `prompt_cache_key`.
+    pub session_keys: bool,
 }
 
 /// The request body for `request` (always streamed, with usage, generating exactly
-/// `max_tokens`).
+/// `max_tokens`; naming its session if the target says so).
 pub fn body(target: &Target, words: &Words, request: &BenchRequest) -> (&'static str, Value) {
     let common = json!({
         "model": target.model,
@@ -34,6 +36,9 @@ pub fn body(target: &Target, words: &Words, request: &BenchRequest) -> (&'static
         "stream_options": {"include_usage": true},
     });
     let mut body = common;
+    if let Some(session) = request.session.filter(|_| target.session_keys) {
+        body["prompt_cache_key"] = json!(format!("session-{session}"));
+    }
     match &request.prompt {
         Prompt::Text(spans) => {
             body["prompt"] = json!(words.render(spans));

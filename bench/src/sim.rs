@@ -1,7 +1,7 @@
 //! `switchyard sim`: the workload replayed on a simulated cluster (see [`crate::cluster`]) for
 //! each placement policy and rate asked for, summarized like `switchyard bench`.
 
-use crate::cluster::{ClientMaxTokens, Cluster, ClusterConfig, Rescheduling};
+use crate::cluster::{ClientMaxTokens, Cluster, ClusterConfig, GatewayView, Rescheduling};
 use crate::report::{markdown, progress_bar, write_results, RunResult};
 use crate::stats::{quantile, summarize, Slo};
 use crate::suite_args::SuiteArgs;
@@ -82,6 +82,10 @@ pub struct SimArgs {
     /// generate the workload's answer lengths either way; this is what the scheduler knows.
     #[arg(long, default_value = "exact")]
     pub client_max_tokens: ClientMaxTokens,
+    /// Place as a gateway without the model's tokenizer does: no prefix hashes reach the
+    /// scheduler (the engines still cache prefixes); with --session-keys, sessions do.
+    #[arg(long)]
+    pub no_prefix_hashes: bool,
     /// What to replay.
     #[command(flatten)]
     pub workload: WorkloadArgs,
@@ -160,6 +164,10 @@ impl SimArgs {
                 ..AdaptivePd::default()
             }),
             client_max_tokens: self.client_max_tokens,
+            gateway: GatewayView {
+                prefix_hashes: !self.no_prefix_hashes,
+                sessions: self.workload.session_keys,
+            },
         })
     }
 }

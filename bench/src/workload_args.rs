@@ -40,6 +40,10 @@ pub struct WorkloadArgs {
     /// Use only the first N requests of a trace or generator.
     #[arg(long)]
     pub num_requests: Option<usize>,
+    /// Name each conversation (`multi-turn`) or session (`agentic`) as the requests'
+    /// `prompt_cache_key`, for the scheduler's sticky sessions.
+    #[arg(long)]
+    pub session_keys: bool,
     /// Arrival process of generated workloads.
     #[arg(long, value_enum, default_value_t = ArrivalKind::Poisson)]
     pub arrival: ArrivalKind,

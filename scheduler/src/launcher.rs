@@ -114,16 +114,18 @@ pub struct SchedulerArgs {
 /// responses.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AffinityFlags {
-    /// Sessions (OpenAI's `prompt_cache_key`, or an `x-session-id` header) whose instance the
-    /// scheduler remembers, to keep each session's requests there; past it the least recently
-    /// seen are forgotten (their next request is placed as any other).
+    /// Sessions (OpenAI's `prompt_cache_key`, or an `x-session-id` header) whose last instance
+    /// the scheduler remembers, where what the session left is counted as cached (for a request
+    /// without prefix hashes; predictive and cache-aware) or its requests kept (the other
+    /// policies); past it the least recently seen are forgotten (their next request is placed as
+    /// any other).
     #[arg(long, env = "SWITCHYARD_REMEMBERED_SESSIONS", default_value_t = DEFAULT_SESSIONS as u64,
         value_parser = clap::value_parser!(u64).range(1..))]
     pub remembered_sessions: u64,
-    /// A session's requests stay on its instance while that carries at most this many times
-    /// the mean load (requests running, waiting and in flight) of the model's instances, the
-    /// request counted, or at most --session-load-slack requests over it; past both they go
-    /// where the policy puts them, and the session follows.
+    /// Under the policies that weigh no cache, a session's requests stay on its instance while
+    /// that carries at most this many times the mean load (requests running, waiting and in
+    /// flight) of the model's instances, the request counted, or at most --session-load-slack
+    /// requests over it; past both they go where the policy puts them, and the session follows.
     #[arg(long, env = "SWITCHYARD_SESSION_LOAD_BOUND", default_value_t = AtLeastOne::new(DEFAULT_SESSION_LOAD_BOUND).expect("a bound of at least 1"))]
     pub session_load_bound: AtLeastOne,
     /// Requests over the mean load that a session's instance may carry whatever the bound (at

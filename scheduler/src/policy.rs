@@ -32,6 +32,11 @@ impl Policy {
         Policy::Predictive,
     ];
 
+    /// Whether it weighs the prompt tokens cached on each instance.
+    pub fn weighs_cache(self) -> bool {
+        matches!(self, Policy::CacheAware | Policy::Predictive)
+    }
+
     /// The name flags take (`--policy`).
     pub fn name(self) -> &'static str {
         match self {

@@ -172,9 +172,9 @@ fn a_request_pinned_to_an_instance_goes_there_under_every_policy_or_nowhere() {
 }
 
 #[test]
-fn a_session_stays_on_its_instance_under_every_policy_until_it_carries_too_much() {
+fn a_session_stays_on_its_instance_under_load_only_policies_until_it_carries_too_much() {
     use switchyard_scheduler::sessions::SessionOutcome;
-    for policy in Policy::ALL {
+    for policy in Policy::ALL.into_iter().filter(|p| !p.weighs_cache()) {
         // A slack of 2 requests over the mean (8 by default).
         let config = SchedulerConfig {
             policy,
@@ -225,6 +225,48 @@ fn a_session_stays_on_its_instance_under_every_policy_until_it_carries_too_much(
                 .session,
             None
         );
+    }
+}
+
+#[test]
+fn cache_weighing_policies_count_what_a_session_left_on_its_instance_as_cached() {
+    use switchyard_scheduler::sessions::SessionOutcome;
+    for policy in Policy::ALL.into_iter().filter(|p| p.weighs_cache()) {
+        let mut s = cluster(policy, 4);
+        for i in 0..4 {
+            s.on_status(&format!("i{i}"), idle(), 100.0);
+        }
+        // No prefix hashes (a gateway without the tokenizer): only the session says where the
+        // conversation's history is.
+        let turn = |id: &str, session: Option<&str>, prompt: u32| ScheduleRequest {
+            session: session.map(str::to_string),
+            block_hashes: Vec::new(),
+            ..request(id, &vec![1; prompt as usize])
+        };
+        let mut homes = std::collections::BTreeSet::new();
+        for c in 0..8 {
+            let session = format!("chat-{c}");
+            let first = s.schedule(&turn(&format!("{c}-0"), Some(&session), 2000), 100.0);
+            let first = first.unwrap();
+            assert_eq!(first.session, Some(SessionOutcome::New), "{policy:?}");
+            s.release(&format!("{c}-0"));
+            let home = first.decision.instance_id;
+            homes.insert(home.clone());
+            for t in 1..4 {
+                let id = format!("{c}-{t}");
+                let placed = s.schedule(&turn(&id, Some(&session), 2000 + 600 * t), 100.0);
+                let placed = placed.unwrap();
+                assert_eq!(placed.decision.instance_id, home, "{policy:?} {id}");
+                assert_eq!(
+                    placed.session,
+                    Some(SessionOutcome::Kept),
+                    "{policy:?} {id}"
+                );
+                assert!(placed.decision.cached_tokens >= 2000, "{policy:?} {id}");
+                s.release(&id);
+            }
+        }
+        assert!(homes.len() > 1, "{policy:?}: sessions spread, {homes:?}");
     }
 }
 

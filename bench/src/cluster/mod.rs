@@ -79,6 +79,27 @@ pub struct ClusterConfig {
     pub adaptive_pd: Option<AdaptivePd>,
     /// What the clients say of their answers' lengths (the scheduler's `max_tokens`).
     pub client_max_tokens: ClientMaxTokens,
+    /// What the gateway in front of the cluster tells the scheduler.
+    pub gateway: GatewayView,
+}
+
+/// What the simulated gateway tells the scheduler of each request besides its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GatewayView {
+    /// The prompt's prefix hashes: a gateway without the model's tokenizer has none (the
+    /// engines still cache prefixes).
+    pub prefix_hashes: bool,
+    /// The request's session, where the workload has sessions and its clients name them.
+    pub sessions: bool,
+}
+
+impl Default for GatewayView {
+    fn default() -> Self {
+        GatewayView {
+            prefix_hashes: true,
+            sessions: false,
+        }
+    }
 }
 
 /// What a simulated run produced.
@@ -218,6 +239,7 @@ pub struct Cluster {
     /// does, by (node, sequence).
     handoffs: HashMap<(usize, SeqId), PendingHandOff>,
     client_max_tokens: ClientMaxTokens,
+    gateway: GatewayView,
 }
 
 impl Cluster {
@@ -324,6 +346,7 @@ impl Cluster {
             link: config.link,
             handoffs: HashMap::new(),
             client_max_tokens: config.client_max_tokens,
+            gateway: config.gateway,
         })
     }
 
@@ -435,7 +458,8 @@ impl Cluster {
                         rounds_on = true;
                     }
                     let prompt = prompt_tokens(&requests[i].prompt, words, tokenizer);
-                    match self.arrive(i, prompt, requests[i].max_tokens, now, &mut tally) {
+                    let (max_tokens, session) = (requests[i].max_tokens, requests[i].session);
+                    match self.arrive(i, prompt, max_tokens, session, now, &mut tally) {
                         Ok(instance) => tracks[i].outcome.instance = Some(instance),
                         Err(error) => {
                             let track = &mut tracks[i];
@@ -483,14 +507,15 @@ impl Cluster {
         })
     }
 
-    /// Request `i` (its `prompt`, generating `max_tokens`) arrives at `now`: placed by the
-    /// scheduler and added to the chosen engine (whose id it returns), or the error its client
-    /// would see.
+    /// Request `i` (its `prompt`, generating `max_tokens`, of `session` if any) arrives at
+    /// `now`: placed by the scheduler and added to the chosen engine (whose id it returns), or
+    /// the error its client would see.
     fn arrive(
         &mut self,
         i: usize,
         prompt: Vec<u32>,
         max_tokens: u32,
+        session: Option<u32>,
         now: f64,
         tally: &mut Tally,
     ) -> Result<String, String> {
@@ -498,18 +523,24 @@ impl Cluster {
             return Err("prompt_too_long".into());
         }
         self.scheduler.tick(now);
+        let hashes = block_hashes(&prompt, self.block_size);
         let ask = ScheduleRequest {
             request_id: i.to_string(),
             model: self.model.clone(),
             prompt_tokens: prompt.len() as u32,
-            block_hashes: block_hashes(&prompt, self.block_size),
+            block_hashes: match self.gateway.prefix_hashes {
+                true => hashes.clone(),
+                false => Vec::new(),
+            },
             max_tokens: self.client_max_tokens.sent(max_tokens),
             priority: 0,
             infer_stage: InferStage::Neutral,
             exclude: Vec::new(),
             only: None,
             previous_response_id: None,
-            session: None,
+            session: session
+                .filter(|_| self.gateway.sessions)
+                .map(|s| s.to_string()),
             gateway: None,
             released: Vec::new(),
         };
@@ -519,7 +550,7 @@ impl Cluster {
             .map_err(|e| format!("schedule_{}", e.label()))?;
         tally
             .unlimited
-            .query(&ask.block_hashes, prompt.len(), self.block_size);
+            .query(&hashes, prompt.len(), self.block_size);
         let n = self
             .nodes
             .iter()
@@ -709,6 +740,7 @@ mod tests {
             prefill_instances: None,
             adaptive_pd: None,
             client_max_tokens: ClientMaxTokens::Exact,
+            gateway: GatewayView::default(),
         }
     }
 
@@ -728,6 +760,7 @@ mod tests {
                 ]),
                 prompt_tokens: 2080,
                 max_tokens: 16,
+                session: None,
             })
             .collect()
     }
@@ -773,6 +806,7 @@ mod tests {
                 }]),
                 prompt_tokens: 2080,
                 max_tokens: 16,
+                session: None,
             })
             .collect()
     }
@@ -800,6 +834,47 @@ mod tests {
             ..config(instances, Policy::Predictive)
         };
         simulate_with(&config, requests)
+    }
+
+    #[test]
+    fn without_prefix_hashes_named_sessions_keep_a_conversations_cache_under_every_policy() {
+        use crate::workload::synthetic::{multi_turn, Arrivals, MultiTurn, PromptForm};
+        let spec = MultiTurn {
+            conversations: 24,
+            turns: 4,
+            user_tokens: 300,
+            answer_tokens: 32,
+            think_seconds: 0.5,
+        };
+        let arrivals = Arrivals::Poisson { rate: 8.0 };
+        let requests = multi_turn(spec, arrivals, &Words::builtin(), PromptForm::Chat, 3);
+        for policy in [
+            Policy::Predictive,
+            Policy::CacheAware,
+            Policy::LeastRequests,
+        ] {
+            let blind = |sessions| ClusterConfig {
+                gateway: GatewayView {
+                    prefix_hashes: false,
+                    sessions,
+                },
+                ..config(4, policy)
+            };
+            let unnamed = simulate_with(&blind(false), &requests);
+            let named = simulate_with(&blind(true), &requests);
+            assert!(named.outcomes.iter().all(|o| o.error.is_none()));
+            // Each later turn re-sends its conversation: kept together, most of what one
+            // unlimited cache would hit is hit (the rest is shared across conversations).
+            let (hit, unlimited) = (
+                named.prefix_cache_hit_rate,
+                named.unlimited_prefix_cache_hit_rate,
+            );
+            assert!(
+                hit >= 0.6 * unlimited && hit > unnamed.prefix_cache_hit_rate + 0.1,
+                "{policy:?}: {hit} named (unlimited {unlimited}) against {} unnamed",
+                unnamed.prefix_cache_hit_rate
+            );
+        }
     }
 
     #[test]
@@ -1016,6 +1091,7 @@ mod tests {
                 prompt,
                 prompt_tokens,
                 max_tokens,
+                session: None,
             };
         // Round-robin over two instances: the even requests (a long decode, then ten 8k
         // prompts) pile up on one, the odd ones (short) on the other.

@@ -60,6 +60,7 @@ struct Turn {
     at: f64,
     spans: Vec<Span>,
     max_tokens: u32,
+    session: u32,
 }
 
 /// The requests of `spec`: session starts at the times `starts` draws (their rate is sessions
@@ -103,6 +104,7 @@ pub fn agentic(spec: Agentic, starts: Arrivals, seed: u64) -> Vec<BenchRequest> 
                 at,
                 spans: history.clone(),
                 max_tokens: answer.max(1),
+                session: s as u32,
             });
             let step = STEP_SEED ^ seed ^ ((s as u64) << 24) ^ ((t as u64) << 4);
             let tool = rng.random_range(spec.tool_tokens.0..=spec.tool_tokens.1);
@@ -125,6 +127,7 @@ pub fn agentic(spec: Agentic, starts: Arrivals, seed: u64) -> Vec<BenchRequest> 
             prompt_tokens: t.spans.iter().map(|s| s.count).sum(),
             prompt: Prompt::Text(t.spans),
             max_tokens: t.max_tokens,
+            session: Some(t.session),
         })
         .collect()
 }

@@ -43,6 +43,7 @@ pub fn requests(text: &str, speedup: f64) -> anyhow::Result<Vec<BenchRequest>> {
             }]),
             prompt_tokens: context.max(1),
             max_tokens: generated.max(1),
+            session: None,
         });
     }
     Ok(out)

@@ -62,6 +62,7 @@ pub fn long_context(spec: LongContext, arrivals: Arrivals, seed: u64) -> Vec<Ben
                 max_tokens: rng
                     .random_range(spec.output_tokens.0..=spec.output_tokens.1)
                     .max(1),
+                session: None,
             }
         })
         .collect()

@@ -39,6 +39,9 @@ pub struct BenchRequest {
     pub prompt_tokens: usize,
     /// Tokens to generate (sent as `max_tokens` with `ignore_eos`).
     pub max_tokens: u32,
+    /// The conversation or session it belongs to, where the workload has them (sent as
+    /// `prompt_cache_key` when the client names sessions).
+    pub session: Option<u32>,
 }
 
 /// Scales arrival times so that the workload's mean rate becomes `rate` requests per second.

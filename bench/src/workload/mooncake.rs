@@ -69,6 +69,7 @@ pub fn requests(lines: &[MooncakeLine], speedup: f64) -> Vec<BenchRequest> {
             prompt: Prompt::Text(prompt(line, i as u64)),
             prompt_tokens: line.input_length,
             max_tokens: line.output_length.max(1),
+            session: None,
         })
         .collect()
 }

@@ -74,6 +74,7 @@ pub fn plain(
             }]),
             prompt_tokens: input,
             max_tokens: output,
+            session: None,
         })
         .collect()
 }
@@ -136,6 +137,7 @@ pub fn shared_prefix(
             ),
             prompt_tokens: spec.system_tokens + spec.question_tokens,
             max_tokens: spec.output,
+            session: None,
         })
         .collect()
 }
@@ -230,6 +232,7 @@ pub fn multi_turn(
                 prompt: form.prompt(words, messages),
                 prompt_tokens: (turn + 1) * spec.user_tokens + turn * spec.answer_tokens as usize,
                 max_tokens: spec.answer_tokens,
+                session: Some(c as u32),
             }
         })
         .collect()

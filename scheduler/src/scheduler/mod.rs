@@ -661,6 +661,13 @@ impl Scheduler {
             .adaptive_pd
             .and_then(|_| self.leaning.get(&req.model))
             .filter(|l| l.disaggregates());
+        // What the request's session left on its last instance, counted as cached there where
+        // the request has no prefix hashes to find its cache by (the gateway has no tokenizer).
+        let session_last = req
+            .session
+            .as_deref()
+            .filter(|_| req.block_hashes.is_empty())
+            .and_then(|s| self.sessions.last(s).cloned());
         for state in self.cms.iter() {
             let role = Leaning::role_under(leaning, &state.meta);
             let fits = stage.is_none_or(|stage| role_fits(role, stage));
@@ -676,10 +683,17 @@ impl Scheduler {
             {
                 continue;
             }
+            let mut ask = self.ask_on(state, req);
+            if let Some(last) = session_last
+                .as_ref()
+                .filter(|l| l.instance == state.meta.id)
+            {
+                ask.cached = ask.cached.max(f64::from(last.tokens).min(prompt - 1.0));
+            }
             let metrics = candidate_metrics(
                 state,
                 self.lrs.live(&state.meta.id),
-                self.ask_on(state, req),
+                ask,
                 self.fits.of(&state.meta.id),
                 now,
             );
@@ -730,17 +744,21 @@ impl Scheduler {
             candidates.retain(|c| limits.admits(policy, &c.1));
         }
         let tpot = self.slos_for(&req.model).tpot;
-        // A session's request goes to its instance while that is within its load bound.
-        let kept = req.session.as_deref().map(|session| {
-            let loads: Vec<(&str, f64)> = candidates
-                .iter()
-                .map(|(state, m)| (state.meta.id.as_str(), m.requests))
-                .collect();
-            self.sessions.keep(session, &loads)
-        });
+        // Under the policies that weigh no cache, a session's request stays on its instance
+        // while that is within its load bound (the others count what it left there as cached).
+        let kept = match (&req.session, policy.weighs_cache()) {
+            (Some(session), false) => {
+                let loads: Vec<(&str, f64)> = candidates
+                    .iter()
+                    .map(|(state, m)| (state.meta.id.as_str(), m.requests))
+                    .collect();
+                self.sessions.keep(session, &loads).ok()
+            }
+            _ => None,
+        };
         let chosen = match kept {
-            Some(Ok(at)) => at,
-            _ => choose(
+            Some(at) => at,
+            None => choose(
                 policy,
                 &candidates,
                 tpot,
@@ -750,10 +768,10 @@ impl Scheduler {
         };
         log_candidates(&req.request_id, policy, &candidates, Some(chosen));
         let (state, metrics) = candidates.swap_remove(chosen);
-        if let Some(session) = &req.session {
-            self.sessions.placed(session, &state.meta.id);
-        }
-        let session = kept.map(|k| k.map_or_else(|outcome| outcome, |_| SessionOutcome::Kept));
+        let session = req.session.as_deref().map(|session| {
+            let left = req.prompt_tokens.saturating_add(self.answer.round() as u32);
+            self.sessions.placed(session, &state.meta.id, left)
+        });
         let runner_up = runner_up(policy, &candidates);
         let decision = ScheduleDecision {
             instance_id: state.meta.id.clone(),
