@@ -86,7 +86,7 @@ pub fn remember(opened: &mut Opened, scheduler: SchedulerClient) {
 /// Relays `body`, calling `on_id` with the response's id before the client can read it: with
 /// the chunk that completes a stream's first event (`response.created`), or, for a whole
 /// answer, once it has all arrived (it is then relayed in one piece).
-pub fn watch_for_id<F, Fut>(body: AnswerBody, streamed: bool, on_id: F) -> AnswerBody
+fn watch_for_id<F, Fut>(body: AnswerBody, streamed: bool, on_id: F) -> AnswerBody
 where
     F: FnOnce(String) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
@@ -188,11 +188,17 @@ where
     }
 }
 
-/// The data of a stream's first event, once it has arrived whole.
+/// The data of a stream's first event, once it has arrived whole (its lines ended by `\n` or
+/// `\r\n`).
 fn first_event(kept: &[u8]) -> Option<Bytes> {
-    let end = kept.windows(2).position(|w| w == b"\n\n")?;
-    let data: Vec<u8> = kept[..end]
+    let lines: Vec<&[u8]> = kept
         .split(|&b| b == b'\n')
+        .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
+        .collect();
+    // The event ends at its first blank line, which the last piece (unterminated) is not.
+    let end = lines[..lines.len() - 1].iter().position(|l| l.is_empty())?;
+    let data: Vec<u8> = lines[..end]
+        .iter()
         .filter_map(|line| line.strip_prefix(b"data:"))
         .flat_map(|data| data.strip_prefix(b" ").unwrap_or(data).to_vec())
         .collect();
@@ -280,4 +286,26 @@ async fn on_owner(
     let instance =
         HeaderValue::from_str(&owner.instance_id).unwrap_or(HeaderValue::from_static("unknown"));
     Ok(passed_through(answer, None, instance))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streams_first_event_is_read_once_whole_whatever_its_line_ends() {
+        let created = br#"{"type":"response.created","response":{"id":"resp_1"}}"#;
+        for end in ["\n", "\r\n"] {
+            let mut stream = format!("event: response.created{end}data: ").into_bytes();
+            stream.extend_from_slice(created);
+            assert_eq!(first_event(&stream), None, "not ended yet");
+            stream.extend_from_slice(format!("{end}{end}event: next").as_bytes());
+            let event = first_event(&stream).unwrap();
+            assert_eq!(id_in(&event).as_deref(), Some("resp_1"));
+        }
+        assert_eq!(
+            id_in(br#"{"id":"resp_2","object":"response"}"#).as_deref(),
+            Some("resp_2")
+        );
+    }
 }

@@ -253,7 +253,7 @@ async fn admit_and_relay(
     }
     let instance =
         HeaderValue::from_str(&opened.instance).unwrap_or(HeaderValue::from_static("unknown"));
-    // Pooling routes' answers come whole, relayed as they came (no stream to resume).
+    // Pooling and responses answers are relayed as they came (no stream to resume).
     if !opened.is_success() || route.relayed_as_sent() {
         return Ok((
             passed_through(opened.response, opened.release, instance),
@@ -390,7 +390,7 @@ async fn chat_completions(
     answer_panics(Box::pin(handle(&gateway, Route::Chat, &headers, body))).await
 }
 
-/// The handler of a pooling route: placed as completions are, answered whole.
+/// `POST /v1/responses`: placed as completions are, relayed as the instance sent it.
 async fn create_response(
     State(gateway): State<Arc<Gateway>>,
     headers: HeaderMap,
@@ -399,6 +399,7 @@ async fn create_response(
     answer_panics(Box::pin(handle(&gateway, Route::Responses, &headers, body))).await
 }
 
+/// The handler of a pooling route: placed as completions are, answered whole.
 fn pooling(kind: Pooling) -> MethodRouter<Arc<Gateway>> {
     post(
         move |State(gateway): State<Arc<Gateway>>, headers: HeaderMap, body: BodyResult| async move {

@@ -120,8 +120,6 @@ pub struct Opened {
     pub response: Answer,
     /// The instance id, or the external endpoint's name.
     pub instance: String,
-    /// The pool instance's URL (`None` for an external endpoint).
-    pub endpoint: Option<String>,
     /// The instance's engine kind (`None` for an external endpoint).
     pub kind: Option<EngineKind>,
     /// The pool model it serves (`None` for an external endpoint).
@@ -385,7 +383,6 @@ impl Opener {
                     }
                     return Ok(Opened {
                         response,
-                        endpoint: Some(decision.endpoint),
                         instance: decision.instance_id,
                         kind: Some(decision.kind),
                         pool_model: Some(prepared.model.clone()),
@@ -552,7 +549,6 @@ impl Opener {
         Ok(Opened {
             response: response.into(),
             instance: endpoint.name.clone(),
-            endpoint: None,
             kind: None,
             pool_model: None,
             release: None,

@@ -67,10 +67,10 @@ pub struct SchedulerConfig {
     /// Adaptive prefill/decode disaggregation over each model's neutral instances (`--pd
     /// adaptive`); `None` serves them colocated.
     pub adaptive_pd: Option<AdaptivePd>,
-    /// Sessions whose instance is remembered (the least recently seen forgotten first).
+    /// Sessions whose last instance is remembered (the least recently seen forgotten first).
     pub sessions: NonZeroUsize,
-    /// A session stays on its instance while that carries at most this many times the mean
-    /// load of the model's candidates...
+    /// Under the policies that weigh no cache, a session stays on its instance while that
+    /// carries at most this many times the mean load of the model's candidates...
     pub session_load_bound: f64,
     /// ...or at most this many requests over it.
     pub session_load_slack: f64,
@@ -207,7 +207,7 @@ pub struct InstanceView {
 /// The scheduler of one cluster.
 pub struct Scheduler {
     config: SchedulerConfig,
-    /// Each recent session's instance.
+    /// Each recent session's last instance and what it left there.
     sessions: Sessions,
     cms: Cms,
     lrs: Lrs,
