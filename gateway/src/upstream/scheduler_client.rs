@@ -1,7 +1,8 @@
 //! How the gateway asks for placements: the scheduler in process (`switchyard serve`), or a
 //! remote one over HTTP (`switchyard gateway --scheduler URL`). While a remote scheduler cannot
-//! be reached, requests go round-robin over the instances it last reported schedulable, and the
-//! scheduler is tried again a second later. A remote scheduler learns of ended requests with the
+//! be reached, requests go round-robin over the instances it last reported schedulable (a
+//! session's to the one its key hashes to; a follow-up to a stored response is refused), and
+//! the scheduler is tried again a second later. A remote scheduler learns of ended requests with the
 //! gateway's next placement request, or in a `/v1/release` of their own when none comes within a
 //! few milliseconds. The instance list is an admin endpoint: a gateway reads it with its own
 //! `--admin-key`, the same key as the scheduler's.
@@ -10,6 +11,7 @@ use crate::upstream::answer::post_with_reqwest;
 use crate::upstream::http1_client::Http1Client;
 use axum::http::StatusCode;
 use bytes::Bytes;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -360,8 +362,17 @@ impl RemoteScheduler {
     }
 
     /// The next known instance of the model, skipping excluded ones (and, for a request pinned
-    /// to one instance, the others).
+    /// to one instance, the others); a session's requests all to the one its key hashes to
+    /// while the list stays the same. A follow-up to a stored response waits for the scheduler,
+    /// which alone knows where the response lives.
     fn round_robin(&self, req: &ScheduleRequest) -> Result<ScheduleDecision, ApiError> {
+        if let Some(id) = &req.previous_response_id {
+            return Err(ApiError::unavailable(format!(
+                "The scheduler, which knows where response {id:?} lives, is unreachable; try again \
+                 shortly."
+            ))
+            .with_code("scheduler_unreachable"));
+        }
         let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
         let candidates: Vec<&KnownInstance> = known
             .iter()
@@ -374,8 +385,15 @@ impl RemoteScheduler {
             )
             .with_code("no_available_endpoint"));
         }
-        let chosen = candidates
-            [(self.cursor.fetch_add(1, Ordering::Relaxed) % candidates.len() as u64) as usize];
+        let turn = match &req.session {
+            Some(session) => {
+                let mut hasher = std::hash::DefaultHasher::new();
+                session.hash(&mut hasher);
+                hasher.finish()
+            }
+            None => self.cursor.fetch_add(1, Ordering::Relaxed),
+        };
+        let chosen = candidates[(turn % candidates.len() as u64) as usize];
         Ok(ScheduleDecision {
             instance_id: chosen.id.clone(),
             endpoint: chosen.endpoint.clone(),
@@ -442,5 +460,57 @@ async fn send_releases(
                 .send()
                 .await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn with_the_scheduler_away_sessions_stay_together_and_follow_ups_wait() {
+        // Nothing listens on the discard port: every placement is the gateway's own.
+        let remote = RemoteScheduler::start("http://127.0.0.1:9", "gw".into(), None);
+        *remote.known.lock().unwrap() = (0..4)
+            .map(|i| KnownInstance {
+                id: format!("i{i}"),
+                endpoint: format!("http://127.0.0.1:{}", 19700 + i),
+                model: "m".into(),
+                kind: EngineKind::Vllm,
+                schedulable: true,
+            })
+            .collect();
+        let ask = |session: Option<&str>| ScheduleRequest {
+            request_id: "r".into(),
+            model: "m".into(),
+            session: session.map(str::to_string),
+            ..Default::default()
+        };
+        let mut plain = std::collections::BTreeSet::new();
+        for _ in 0..8 {
+            plain.insert(remote.schedule(&ask(None)).await.unwrap().instance_id);
+        }
+        assert_eq!(plain.len(), 4, "round-robin: {plain:?}");
+        let mut homes = std::collections::BTreeSet::new();
+        for s in 0..16 {
+            let session = format!("chat-{s}");
+            let home = remote
+                .schedule(&ask(Some(&session)))
+                .await
+                .unwrap()
+                .instance_id;
+            for _ in 0..3 {
+                let again = remote.schedule(&ask(Some(&session))).await.unwrap();
+                assert_eq!(again.instance_id, home, "{session}");
+            }
+            homes.insert(home);
+        }
+        assert!(homes.len() > 1, "sessions spread: {homes:?}");
+        let follow_up = ScheduleRequest {
+            previous_response_id: Some("resp_1".into()),
+            ..ask(None)
+        };
+        let refused = remote.schedule(&follow_up).await.unwrap_err();
+        assert_eq!(refused.status, 503);
     }
 }
