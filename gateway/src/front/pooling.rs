@@ -127,9 +127,14 @@ fn score(req: ScoreRequest, model: &ServedModel, vocab_size: usize) -> Result<u3
                     ),
                 ));
             }
+            // Each text counted once, however many pairs it is in.
+            let first = first
+                .iter()
+                .map(|t| count(t))
+                .collect::<Result<Vec<_>, _>>()?;
             let mut total = 0u32;
             for (i, text) in second.iter().enumerate() {
-                let pair = count(&first[i.min(first.len() - 1)])? + count(text)?;
+                let pair = first[i.min(first.len() - 1)] + count(text)?;
                 total = total.saturating_add(pair as u32);
             }
             Ok(total)
