@@ -5,70 +5,65 @@
 //! older one is forgotten (counted, and a request naming it is told so), and so are those of an
 //! instance that leaves.
 
-use std::collections::{HashMap, VecDeque};
+use lru::LruCache;
+use std::num::NonZeroUsize;
 use std::sync::Mutex;
 
-/// The instances of the latest stored responses.
+/// The instances of the latest stored responses: instance ids by response id, the least
+/// recently remembered forgotten first (lookups leave the order alone).
 pub struct StoredResponses {
-    capacity: usize,
-    remembered: Mutex<Remembered>,
-}
-
-#[derive(Default)]
-struct Remembered {
-    /// Instance ids, by response id.
-    owners: HashMap<String, String>,
-    /// Ids, oldest first.
-    order: VecDeque<String>,
+    owners: Mutex<LruCache<String, String>>,
 }
 
 impl StoredResponses {
-    /// Remembers up to `capacity` responses.
+    /// Remembers up to `capacity` responses (at least one).
     pub fn new(capacity: usize) -> Self {
+        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
         StoredResponses {
-            capacity,
-            remembered: Mutex::default(),
+            owners: Mutex::new(LruCache::new(capacity)),
         }
     }
 
     /// Remembers that response `id` lives on instance `owner`; answers how many it remembers
     /// now, and how many older ones it forgot to keep within the capacity.
     pub fn remember(&self, id: String, owner: String) -> (usize, usize) {
-        let mut remembered = self.lock();
-        if remembered.owners.insert(id.clone(), owner).is_none() {
-            remembered.order.push_back(id);
-        }
-        let mut forgotten = 0;
-        while remembered.order.len() > self.capacity {
-            if let Some(old) = remembered.order.pop_front() {
-                remembered.owners.remove(&old);
-                forgotten += 1;
+        let mut owners = self.lock();
+        let forgotten = match owners.peek_mut(&id) {
+            Some(known) => {
+                *known = owner;
+                0
             }
-        }
-        (remembered.order.len(), forgotten)
+            None => usize::from(owners.push(id, owner).is_some()),
+        };
+        (owners.len(), forgotten)
     }
 
     /// The instance holding response `id`, if remembered.
     pub fn owner(&self, id: &str) -> Option<String> {
-        self.lock().owners.get(id).cloned()
+        self.lock().peek(id).cloned()
     }
 
     /// Forgets the responses instance `instance` holds (it left); answers how many remain.
     pub fn forget_instance(&self, instance: &str) -> usize {
-        let mut remembered = self.lock();
-        let Remembered { owners, order } = &mut *remembered;
-        owners.retain(|_, owner| owner != instance);
-        order.retain(|id| owners.contains_key(id));
-        order.len()
+        let mut owners = self.lock();
+        let held: Vec<String> = owners
+            .iter()
+            .filter(|(_, owner)| *owner == instance)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in held {
+            owners.pop(&id);
+        }
+        owners.len()
     }
 
     /// How many it remembers at most.
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.lock().cap().get()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Remembered> {
-        self.remembered.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<String, String>> {
+        self.owners.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
