@@ -768,3 +768,124 @@ fn aborted_requests(metrics: &str) -> f64 {
         .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
         .sum()
 }
+
+#[tokio::test]
+async fn sglang_generate_answers_as_sglang_does_with_the_completions_tokens() {
+    let e = start(&[]).await;
+    let prompt = "The capital of France is";
+    let (_, completion) = e
+        .post(
+            "/v1/completions",
+            json!({"prompt": prompt, "max_tokens": 6, "ignore_eos": true, "temperature": 0}),
+        )
+        .await;
+    let sampling = json!({"max_new_tokens": 6, "ignore_eos": true, "temperature": 0});
+    let (status, one) = e
+        .post(
+            "/generate",
+            json!({"text": prompt, "sampling_params": sampling, "rid": "r-1"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{one}");
+    assert_eq!(one["text"], completion["choices"][0]["text"]);
+    assert_eq!(one["output_ids"].as_array().unwrap().len(), 6);
+    let meta = &one["meta_info"];
+    assert_eq!(meta["id"], "r-1");
+    assert_eq!(
+        meta["finish_reason"],
+        json!({"type": "length", "length": 6})
+    );
+    assert_eq!(meta["prompt_tokens"], completion["usage"]["prompt_tokens"]);
+    assert_eq!(meta["completion_tokens"], 6);
+    assert!(meta["e2e_latency"].as_f64().unwrap() > 0.0);
+
+    // Token-id prompts, a batch, several choices: a list, prompt by prompt.
+    let batch = json!({"input_ids": [[1, 2, 3], [4, 5]], "sampling_params": {"max_new_tokens": 3, "n": 2, "ignore_eos": true}});
+    let (status, list) = e.post("/generate", batch).await;
+    assert_eq!(status, 200, "{list}");
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 4);
+    let prompt_tokens: Vec<u64> = list
+        .iter()
+        .map(|a| a["meta_info"]["prompt_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(prompt_tokens, [3, 3, 2, 2]);
+
+    // A stream: text and ids so far in each event, the finish on the last, then [DONE].
+    let events = e
+        .stream(
+            "/generate",
+            json!({"text": prompt, "sampling_params": sampling, "stream": true}),
+        )
+        .await;
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let events: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let last = events.last().unwrap();
+    assert_eq!(last["text"], one["text"]);
+    assert_eq!(last["output_ids"], one["output_ids"]);
+    assert_eq!(last["meta_info"]["finish_reason"]["type"], "length");
+    for (i, event) in events.iter().enumerate() {
+        assert!(one["text"]
+            .as_str()
+            .unwrap()
+            .starts_with(event["text"].as_str().unwrap()));
+        assert_eq!(event["output_ids"].as_array().unwrap().len(), i + 1);
+        assert!(event.get("index").is_none());
+        if i + 1 < events.len() {
+            assert!(event["meta_info"]["finish_reason"].is_null(), "{event}");
+        }
+    }
+
+    // A stop string ends the answer and is named.
+    let words: Vec<&str> = one["text"].as_str().unwrap().split_whitespace().collect();
+    let stop = words[1];
+    let mut stopped = sampling.clone();
+    stopped["stop"] = json!(stop);
+    let (_, cut) = e
+        .post(
+            "/generate",
+            json!({"text": prompt, "sampling_params": stopped}),
+        )
+        .await;
+    assert_eq!(
+        cut["meta_info"]["finish_reason"],
+        json!({"type": "stop", "matched": stop})
+    );
+}
+
+#[tokio::test]
+async fn sglang_generate_refuses_what_it_cannot_do_by_name() {
+    let e = start(&[]).await;
+    for (body, param) in [
+        (json!({"text": "a", "image_data": "cat.png"}), "image_data"),
+        (
+            json!({"text": "a", "return_logprob": true}),
+            "return_logprob",
+        ),
+        (
+            json!({"text": "a", "sampling_params": {"regex": "[a-z]+"}}),
+            "sampling_params.regex",
+        ),
+        (json!({"text": "a", "input_ids": [1]}), "text"),
+        (json!({"sampling_params": {"max_new_tokens": 3}}), "text"),
+        (
+            json!({"text": "a", "sampling_params": {"temperature": -1}}),
+            "sampling_params.temperature",
+        ),
+        (
+            json!({"text": "a", "sampling_params": {"max_new_tokens": 100000}}),
+            "sampling_params.max_new_tokens",
+        ),
+        (json!({"input_ids": [999999999]}), "input_ids"),
+        (json!({"text": "a", "model": "other"}), "model"),
+    ] {
+        let (status, answer) = e.post("/generate", body.clone()).await;
+        assert!(status == 400 || status == 404, "{body}: {status} {answer}");
+        assert_eq!(answer["error"]["param"], param, "{body}: {answer}");
+    }
+    let metrics = e.metrics().await;
+    assert_eq!(metric(&metrics, "vllm:request_success_total"), 0.0);
+}

@@ -11,6 +11,7 @@
 //! - [`vllm_kv_events`]: what the publisher and subscriber of vLLM's KV-event format share.
 //! - [`model_description`]: what an engine tells a gateway about the model it serves.
 //! - [`migration`]: moving a running request between engines, and following it.
+//! - [`sglang`]: SGLang's native `/generate` API, read as the completion it amounts to.
 
 pub mod clock;
 pub mod engine_state;
@@ -21,6 +22,7 @@ pub mod model_description;
 pub mod openai;
 pub mod schedule;
 pub mod secret;
+pub mod sglang;
 pub mod tpot_so_far;
 pub mod vllm_kv_events;
 

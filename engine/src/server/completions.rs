@@ -32,25 +32,12 @@ pub async fn completions(
     )?;
     let mut params = GenerationParams::from_checked(checked, &req.sampling, tok.eos_token_ids());
     params.unsent_tokens = unsent_tokens(&headers)?;
-    let mut prompts = Vec::new();
-    for input in req.prompt.into_inputs() {
-        let ids = match input {
-            PromptInput::Text(text) => tok
-                .encode(&text, true)
-                .map_err(|e| ApiError::invalid_param("prompt", e.to_string()))?,
-            PromptInput::Tokens(ids) => token_prompt(&ids, instance.info.vocab_size)?,
-        };
-        let max = settle_max_tokens(
-            ids.len(),
-            params.max_tokens,
-            Some(COMPLETION_MAX_TOKENS),
-            instance.info.max_model_len,
-        )?;
-        prompts.push((ids, max));
-    }
-    if prompts.is_empty() {
-        return Err(ApiError::invalid_param("prompt", "`prompt` is empty.").into());
-    }
+    let prompts = prompt_ids(
+        &instance,
+        req.prompt,
+        params.max_tokens,
+        Some(COMPLETION_MAX_TOKENS),
+    )?;
     let moves = moves_of(&headers, params.stream);
     if instance.is_draining() && !moves.continues() {
         return Err(ApiError::unavailable("The engine is shutting down.").into());
@@ -131,6 +118,32 @@ pub async fn completions(
         }
     };
     Ok(sse_response(stream, token_ids))
+}
+
+/// Each prompt's token ids and the most tokens it may generate: `max_tokens`, else `default`
+/// (`None`: up to the model's context length), within the context.
+pub(super) fn prompt_ids(
+    instance: &Instance,
+    prompt: Prompt,
+    max_tokens: Option<u32>,
+    default: Option<u32>,
+) -> Result<Vec<(Vec<u32>, u32)>, ApiError> {
+    let mut prompts = Vec::new();
+    for input in prompt.into_inputs() {
+        let ids = match input {
+            PromptInput::Text(text) => instance
+                .tokenizer
+                .encode(&text, true)
+                .map_err(|e| ApiError::invalid_param("prompt", e.to_string()))?,
+            PromptInput::Tokens(ids) => token_prompt(&ids, instance.info.vocab_size)?,
+        };
+        let max = settle_max_tokens(ids.len(), max_tokens, default, instance.info.max_model_len)?;
+        prompts.push((ids, max));
+    }
+    if prompts.is_empty() {
+        return Err(ApiError::invalid_param("prompt", "`prompt` is empty."));
+    }
+    Ok(prompts)
 }
 
 impl ResponseShape {

@@ -396,6 +396,13 @@ impl Generation {
     pub fn prompt_of(&self, index: u32) -> usize {
         self.choices[index as usize].prompt
     }
+
+    /// A choice's prompt tokens, and how many of them the prefix cache served (known once the
+    /// choice has finished; 0 before).
+    pub fn prompt_tokens_of(&self, index: u32) -> (usize, usize) {
+        let choice = &self.choices[index as usize];
+        (self.prompt_lens[choice.prompt], choice.cached_tokens)
+    }
 }
 
 impl Drop for Generation {

@@ -1,9 +1,11 @@
-//! The engine's HTTP server: the OpenAI API, vLLM's extras, health, metrics, the state and
-//! KV event streams the scheduler subscribes to, and live migration between engines.
+//! The engine's HTTP server: the OpenAI API, vLLM's extras, SGLang's `/generate`, health,
+//! metrics, the state and KV event streams the scheduler subscribes to, and live migration
+//! between engines.
 
 mod chat;
 mod completions;
 pub mod errors;
+mod generate;
 mod generation;
 mod migration;
 mod params;
@@ -31,6 +33,7 @@ pub fn router(instance: Arc<Instance>) -> Router {
     Router::new()
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/generate", post(generate::generate))
         .route("/v1/models", get(models))
         .route(MODEL_DESCRIPTION_PATH, get(model_description))
         .route("/tokenize", post(tokenize))
