@@ -99,6 +99,37 @@ fn fake_app(behaviour: Behaviour, counted: Arc<AtomicUsize>, recorded: Seen) -> 
             )
         }
     };
+    // SGLang's `/generate`: one answer, or a stream of answers so far, as SGLang sends them.
+    let (generate_counted, generate_recorded) = (counted.clone(), recorded.clone());
+    let generate = move |body: axum::body::Bytes| {
+        let (counted, recorded) = (generate_counted.clone(), generate_recorded.clone());
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let seen: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            recorded.lock().unwrap().push((None, seen.clone()));
+            let answer = |text: &str, ids: &[u32], finish: Value| {
+                json!({"text": text, "output_ids": ids, "meta_info": {"id": "sg-1",
+                    "finish_reason": finish, "prompt_tokens": 2,
+                    "completion_tokens": ids.len(), "cached_tokens": 0, "e2e_latency": 0.01}})
+            };
+            let done = json!({"type": "length", "length": 2});
+            if behaviour != Behaviour::Answer(200) {
+                let error = json!({"error": {"message": "fake refusal"}});
+                (
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    axum::Json(error),
+                )
+                    .into_response()
+            } else if seen["stream"] == true {
+                let events = [answer("o", &[7], Value::Null), answer("ok", &[7, 8], done)];
+                let text: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+                let text = text + "data: [DONE]\n\n";
+                ([("content-type", "text/event-stream")], text).into_response()
+            } else {
+                axum::Json(answer("ok", &[7, 8], done)).into_response()
+            }
+        }
+    };
     let handler = move |headers: HeaderMap, body: axum::body::Bytes| {
         let (counted, recorded) = (counted.clone(), recorded.clone());
         async move {
@@ -150,6 +181,7 @@ fn fake_app(behaviour: Behaviour, counted: Arc<AtomicUsize>, recorded: Seen) -> 
     };
     use axum::response::IntoResponse;
     Router::new()
+        .route("/generate", post(generate))
         .route("/v1/completions", post(handler.clone()))
         .route("/v1/chat/completions", post(handler))
         .route("/v1/embeddings", post(embed.clone()))
@@ -414,6 +446,77 @@ async fn pooling_routes_are_placed_and_relayed_whole_as_the_engine_answered() {
     // `/v2/rerank` is vLLM's rerank too.
     let (status, _, text) = call_route(&gw, "/v2/rerank", rerank.clone()).await;
     assert_eq!(status, 200, "{text}");
+}
+
+#[tokio::test]
+async fn sglang_generate_is_placed_and_relayed_as_the_server_sent_it() {
+    // The first instance refuses with a 503: the request goes to the other, as any other.
+    let (busy, sglang) = (
+        fake(Behaviour::Answer(503)).await,
+        fake(Behaviour::Answer(200)).await,
+    );
+    let gw = gateway(
+        &[
+            (&busy.url, EngineKind::Sglang),
+            (&sglang.url, EngineKind::Sglang),
+        ],
+        flags(1),
+    )
+    .await;
+    // What only SGLang does (constrained decoding, LoRA adapters) reaches it as the client sent
+    // it, with no model named.
+    let body = json!({"text": "The capital of France is",
+        "sampling_params": {"max_new_tokens": 2, "temperature": 0, "regex": "[A-Z][a-z]+"},
+        "lora_path": "adapter-1", "rid": "mine"});
+    let (status, instance, text) = call_route(&gw, "/generate", body.clone()).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(instance, sglang.url);
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["text"], "ok");
+    assert_eq!(answer["meta_info"]["finish_reason"]["type"], "length");
+    assert_eq!(sglang.seen.lock().unwrap()[0].1, body);
+    // A stream is relayed event by event as it came.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    streamed["input_ids"] = json!([[1, 2, 3], [4, 5]]);
+    streamed.as_object_mut().unwrap().remove("text");
+    let (status, _, text) = call_route(&gw, "/generate", streamed.clone()).await;
+    assert_eq!(status, 200, "{text}");
+    let events: Vec<&str> = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .collect();
+    assert_eq!(events.len(), 3, "{text}");
+    assert_eq!(events[2], "[DONE]");
+    let last: Value = serde_json::from_str(events[1]).unwrap();
+    assert_eq!(last["output_ids"], json!([7, 8]));
+    assert_eq!(sglang.seen.lock().unwrap()[1].1, streamed);
+    // Bad inputs are refused in SGLang's terms before any server sees them.
+    let calls = sglang.calls.load(Ordering::SeqCst) + busy.calls.load(Ordering::SeqCst);
+    for (bad, param) in [
+        (json!({"text": "a", "input_ids": [1]}), "text"),
+        (json!({"sampling_params": {"max_new_tokens": 2}}), "text"),
+        (json!({"input_ids": [1, -2]}), "input_ids"),
+        (
+            json!({"text": "a", "sampling_params": {"max_new_tokens": -1}}),
+            "sampling_params.max_new_tokens",
+        ),
+        (
+            json!({"text": "a", "sampling_params": {"top_p": 7}}),
+            "sampling_params.top_p",
+        ),
+        (
+            json!({"text": "a", "sampling_params": "hot"}),
+            "sampling_params",
+        ),
+    ] {
+        let (status, _, text) = call_route(&gw, "/generate", bad.clone()).await;
+        assert_eq!(status, 400, "{bad}: {text}");
+        let error: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(error["error"]["param"], param, "{bad}: {text}");
+    }
+    let after = sglang.calls.load(Ordering::SeqCst) + busy.calls.load(Ordering::SeqCst);
+    assert_eq!(after, calls);
 }
 
 #[tokio::test]

@@ -667,3 +667,64 @@ fn objectives_that_are_not_positive_numbers_are_refused_at_start() {
         assert!(stderr.contains(flag), "{flag} {value}: {stderr}");
     }
 }
+
+#[tokio::test]
+async fn sglangs_generate_is_served_through_the_endpoint_where_its_prefix_is_cached() {
+    let serve = Process::serve(2, &["--backend", "sim", "--sim-time-scale", "100"]).await;
+    let base = serve.url(0);
+    let client = reqwest::Client::new();
+    until_completing(&base).await;
+    let text = (0..200)
+        .map(|i| format!("word{i}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let sampling = json!({"max_new_tokens": 4, "ignore_eos": true, "temperature": 0});
+    let first = client
+        .post(format!("{base}/generate"))
+        .json(&json!({"text": text, "sampling_params": sampling}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    let instance = first.headers()["x-switchyard-instance"].clone();
+    let first: Value = first.json().await.unwrap();
+    assert_eq!(first["output_ids"].as_array().unwrap().len(), 4, "{first}");
+    assert_eq!(first["meta_info"]["cached_tokens"], 0);
+    let prompt_tokens = first["meta_info"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt_tokens > 200, "{first}");
+
+    // The same prompt again, streamed: placed where its blocks are cached, the same tokens.
+    let again = client
+        .post(format!("{base}/generate"))
+        .json(&json!({"text": text, "sampling_params": sampling, "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["x-switchyard-instance"], instance);
+    let body = again.text().await.unwrap();
+    let events: Vec<&str> = body
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .collect();
+    assert_eq!(events.last(), Some(&"[DONE]"), "{body}");
+    let last: Value = serde_json::from_str(events[events.len() - 2]).unwrap();
+    assert_eq!(last["text"], first["text"]);
+    assert_eq!(last["output_ids"], first["output_ids"]);
+    let cached = last["meta_info"]["cached_tokens"].as_u64().unwrap();
+    assert!(cached >= prompt_tokens - 16, "{cached} of {prompt_tokens}");
+
+    // Refused in SGLang's terms at the endpoint, before any engine.
+    let bad = client
+        .post(format!("{base}/generate"))
+        .json(&json!({"text": text, "sampling_params": {"max_new_tokens": 0}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let error: Value = bad.json().await.unwrap();
+    assert_eq!(
+        error["error"]["param"], "sampling_params.max_new_tokens",
+        "{error}"
+    );
+}

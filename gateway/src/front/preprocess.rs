@@ -9,6 +9,7 @@ use switchyard_protocol::openai::{
     check_chat, check_completion, settle_max_tokens, token_prompt, ApiError, ChatCompletionRequest,
     CompletionRequest, PromptInput, COMPLETION_MAX_TOKENS,
 };
+use switchyard_protocol::sglang::{in_sglang_terms, GenerateRequest};
 use switchyard_text::chat_prompt::{chat_prompt, text_bytes, text_only};
 use switchyard_text::tokenizer::Tokenizer;
 
@@ -99,43 +100,14 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
     match route {
         Route::Completions => {
             let req: CompletionRequest = parse(body)?;
-            let checked = check_completion(&req, vocab_size, &model.defaults)?;
-            let mut prompt_tokens = 0u32;
-            let mut prompt_ids = Vec::new();
-            for input in req.prompt.into_inputs() {
-                let ids = match (input, &model.tokenizer) {
-                    (PromptInput::Text(text), Some(tokenizer)) => encode(tokenizer, &text, true)?,
-                    (PromptInput::Text(text), None) => {
-                        prompt_tokens += estimated_tokens(text.len());
-                        continue;
-                    }
-                    (PromptInput::Tokens(ids), _) => token_prompt(&ids, vocab_size)?,
-                };
-                check_length(model, ids.len(), checked.max_tokens)?;
-                prompt_tokens += ids.len() as u32;
-                prompt_ids.push(ids);
-            }
-            if prompt_ids.is_empty() && prompt_tokens == 0 {
-                return Err(ApiError::invalid_param("prompt", "`prompt` is empty."));
-            }
-            let block_hashes = prompt_ids
-                .first()
-                .map(|ids| block_hashes(ids, model.block_size))
-                .unwrap_or_default();
-            if model.tokenizer.is_none() {
-                // The client's body goes upstream as it is.
-                prompt_ids.clear();
-            }
-            Ok(Prepared {
-                model: model.name.clone(),
-                prompt_tokens,
-                block_hashes,
-                max_tokens: checked.max_tokens.unwrap_or(COMPLETION_MAX_TOKENS),
-                priority: req.sampling.priority.unwrap_or(0),
-                prompt_ids,
-                previous_response_id: None,
-                session: None,
-            })
+            prepare_completion(req, model, vocab_size, Some(COMPLETION_MAX_TOKENS))
+        }
+        Route::Generate => {
+            let req: GenerateRequest = parse(body)?;
+            // SGLang's own default is in the request read (`max_new_tokens: null` asks for no
+            // limit: the answer's length is unknown).
+            prepare_completion(req.completion()?, model, vocab_size, None)
+                .map_err(|e| in_sglang_terms(&req, e))
         }
         Route::Whole(kind) => crate::front::pooling::prepare(kind, body, model, vocab_size),
         Route::Responses => crate::front::responses::prepare(body, model),
@@ -177,6 +149,54 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
             })
         }
     }
+}
+
+/// Prepares a completion (or what amounts to one) for `model`: its fields checked, each prompt
+/// tokenized (or estimated, without a tokenizer), the first one's blocks hashed. `default_max`
+/// is the answer's length where `max_tokens` is not given (`None`: unknown).
+fn prepare_completion(
+    req: CompletionRequest,
+    model: &ServedModel,
+    vocab_size: usize,
+    default_max: Option<u32>,
+) -> Result<Prepared, ApiError> {
+    let checked = check_completion(&req, vocab_size, &model.defaults)?;
+    let mut prompt_tokens = 0u32;
+    let mut prompt_ids = Vec::new();
+    for input in req.prompt.into_inputs() {
+        let ids = match (input, &model.tokenizer) {
+            (PromptInput::Text(text), Some(tokenizer)) => encode(tokenizer, &text, true)?,
+            (PromptInput::Text(text), None) => {
+                prompt_tokens += estimated_tokens(text.len());
+                continue;
+            }
+            (PromptInput::Tokens(ids), _) => token_prompt(&ids, vocab_size)?,
+        };
+        check_length(model, ids.len(), checked.max_tokens)?;
+        prompt_tokens += ids.len() as u32;
+        prompt_ids.push(ids);
+    }
+    if prompt_ids.is_empty() && prompt_tokens == 0 {
+        return Err(ApiError::invalid_param("prompt", "`prompt` is empty."));
+    }
+    let block_hashes = prompt_ids
+        .first()
+        .map(|ids| block_hashes(ids, model.block_size))
+        .unwrap_or_default();
+    if model.tokenizer.is_none() {
+        // The client's body goes upstream as it is.
+        prompt_ids.clear();
+    }
+    Ok(Prepared {
+        model: model.name.clone(),
+        prompt_tokens,
+        block_hashes,
+        max_tokens: checked.max_tokens.or(default_max).unwrap_or(0),
+        priority: req.sampling.priority.unwrap_or(0),
+        prompt_ids,
+        previous_response_id: None,
+        session: None,
+    })
 }
 
 #[cfg(test)]

@@ -105,6 +105,7 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
         .route("/v1/responses", post(create_response))
         .route("/v1/responses/{id}", get(responses::retrieve))
         .route("/v1/responses/{id}/cancel", post(responses::cancel))
+        .route("/generate", post(generate))
         .route("/v1/models", get(models))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
@@ -253,7 +254,7 @@ async fn admit_and_relay(
     }
     let instance =
         HeaderValue::from_str(&opened.instance).unwrap_or(HeaderValue::from_static("unknown"));
-    // Pooling and responses answers are relayed as they came (no stream to resume).
+    // Pooling, responses and SGLang's answers are relayed as they came (no stream to resume).
     if !opened.is_success() || route.relayed_as_sent() {
         return Ok((
             passed_through(opened.response, opened.release, instance),
@@ -397,6 +398,16 @@ async fn create_response(
     body: BodyResult,
 ) -> Response {
     answer_panics(Box::pin(handle(&gateway, Route::Responses, &headers, body))).await
+}
+
+/// SGLang's `POST /generate`: placed as the completion it amounts to, relayed as the instance
+/// sent it.
+async fn generate(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: BodyResult,
+) -> Response {
+    answer_panics(Box::pin(handle(&gateway, Route::Generate, &headers, body))).await
 }
 
 /// The handler of a pooling route: placed as completions are, answered whole.

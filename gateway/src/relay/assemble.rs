@@ -97,7 +97,7 @@ impl Serialize for Assembler {
             Route::Completions => "text_completion",
             Route::Chat => "chat.completion",
             // Relayed as the instance sent them; never assembled.
-            Route::Whole(_) => "list",
+            Route::Whole(_) | Route::Generate => "list",
             Route::Responses => "response",
         };
         let mut map = s.serialize_map(None)?;
@@ -133,7 +133,7 @@ impl Serialize for ChoiceOut<'_> {
         let mut map = s.serialize_map(None)?;
         map.serialize_entry("index", &self.index)?;
         match self.route {
-            Route::Completions | Route::Whole(_) | Route::Responses => {
+            Route::Completions | Route::Whole(_) | Route::Responses | Route::Generate => {
                 map.serialize_entry("text", &c.text)?
             }
             Route::Chat => map.serialize_entry(

@@ -80,6 +80,9 @@ pub enum Route {
     Whole(Pooling),
     /// `/v1/responses` (vLLM's, SGLang's): relayed as the instance sent it, whole or streamed.
     Responses,
+    /// SGLang's native `/generate` (SGLang's and switchyard's engines): placed as the
+    /// completion it amounts to, relayed as the instance sent it, whole or streamed.
+    Generate,
 }
 
 /// The pooling routes, answered whole.
@@ -101,7 +104,7 @@ impl Route {
     /// Whether the answer is relayed as the instance sent it (whole, or a stream the gateway
     /// does not read), and the body goes upstream as the client sent it: no stream to resume.
     pub fn relayed_as_sent(self) -> bool {
-        matches!(self, Route::Whole(_) | Route::Responses)
+        matches!(self, Route::Whole(_) | Route::Responses | Route::Generate)
     }
 
     /// The path on the engine.
@@ -115,6 +118,7 @@ impl Route {
             Route::Whole(Pooling::Rerank) => "/v1/rerank",
             Route::Whole(Pooling::Score) => "/v1/score",
             Route::Responses => "/v1/responses",
+            Route::Generate => "/generate",
         }
     }
 }

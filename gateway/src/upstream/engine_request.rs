@@ -50,8 +50,12 @@ impl UpstreamRequest {
         self.route
     }
 
-    /// Whether a broken stream of this request can be resumed: one prompt, one choice, no echo.
+    /// Whether a broken stream of this request can be resumed: a stream the gateway reads, of
+    /// one prompt, one choice, no echo.
     pub fn resumable(&self) -> bool {
+        if self.route.relayed_as_sent() {
+            return false;
+        }
         let one_prompt = self.prompt_ids.as_ref().is_some_and(|p| p.len() == 1);
         let n = self.body.get_as::<i64>("n").unwrap_or(1);
         let echo = self.body.get_as::<bool>("echo") == Some(true);
@@ -88,7 +92,10 @@ impl UpstreamRequest {
     /// The body for an instance of the pool serving `model`, of engine `kind`.
     pub fn for_pool(&self, model: &str, kind: EngineKind, resume: Option<Resume>) -> Bytes {
         let mut changes = self.streamed();
-        set(&mut changes, "model", &model);
+        // SGLang serves one model and reads no name in `/generate`: its body goes as sent.
+        if !(self.route == Route::Generate && kind != EngineKind::Switchyard) {
+            set(&mut changes, "model", &model);
+        }
         let key = match (self.route, kind) {
             (Route::Completions, EngineKind::Switchyard | EngineKind::Vllm) => Some("prompt"),
             (Route::Chat, EngineKind::Switchyard) => Some("prompt_token_ids"),
@@ -107,7 +114,7 @@ impl UpstreamRequest {
             let limit = match self.route {
                 Route::Completions => self.body.get_as::<i64>("max_tokens").or(Some(16)),
                 // Relayed as the instance sent them, so never resumed.
-                Route::Whole(_) | Route::Responses => None,
+                Route::Whole(_) | Route::Responses | Route::Generate => None,
                 Route::Chat => {
                     changes.push(("max_completion_tokens", None));
                     self.body
