@@ -130,6 +130,31 @@ fn fake_app(behaviour: Behaviour, counted: Arc<AtomicUsize>, recorded: Seen) -> 
             }
         }
     };
+    // Anthropic's Messages API, as vLLM serves it: a message, a stream of its events, or a
+    // token count.
+    let (messages_counted, messages_recorded) = (counted.clone(), recorded.clone());
+    let messages = move |uri: axum::http::Uri, body: axum::body::Bytes| {
+        let (counted, recorded) = (messages_counted.clone(), messages_recorded.clone());
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let seen: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            recorded.lock().unwrap().push((None, seen.clone()));
+            if uri.path().ends_with("count_tokens") {
+                return axum::Json(json!({"input_tokens": 12})).into_response();
+            }
+            if seen["stream"] == true {
+                let events = "event: message_start\ndata: {\"type\":\"message_start\"}\n\n\
+                    event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+                return ([("content-type", "text/event-stream")], events).into_response();
+            }
+            axum::Json(
+                json!({"id": "msg_1", "type": "message", "role": "assistant",
+                "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+                "usage": {"input_tokens": 12, "output_tokens": 1}}),
+            )
+            .into_response()
+        }
+    };
     let handler = move |headers: HeaderMap, body: axum::body::Bytes| {
         let (counted, recorded) = (counted.clone(), recorded.clone());
         async move {
@@ -182,6 +207,8 @@ fn fake_app(behaviour: Behaviour, counted: Arc<AtomicUsize>, recorded: Seen) -> 
     use axum::response::IntoResponse;
     Router::new()
         .route("/generate", post(generate))
+        .route("/v1/messages", post(messages.clone()))
+        .route("/v1/messages/count_tokens", post(messages))
         .route("/v1/completions", post(handler.clone()))
         .route("/v1/chat/completions", post(handler))
         .route("/v1/embeddings", post(embed.clone()))
@@ -517,6 +544,84 @@ async fn sglang_generate_is_placed_and_relayed_as_the_server_sent_it() {
     }
     let after = sglang.calls.load(Ordering::SeqCst) + busy.calls.load(Ordering::SeqCst);
     assert_eq!(after, calls);
+}
+
+#[tokio::test]
+async fn anthropic_messages_are_relayed_as_sent_and_a_users_stay_on_one_instance() {
+    let (a, b) = (
+        fake(Behaviour::Answer(200)).await,
+        fake(Behaviour::Answer(200)).await,
+    );
+    let gw = gateway_running(
+        &[(&a.url, EngineKind::Vllm), (&b.url, EngineKind::Vllm)],
+        flags(0),
+        |_| 0,
+    )
+    .await;
+    let conversation = json!([{"role": "user", "content": [{"type": "text", "text": "hi"}]}]);
+    let body = json!({"model": "m", "max_tokens": 64, "system": "be brief",
+        "messages": conversation, "tools": [{"name": "ls", "input_schema": {"type": "object"}}],
+        "thinking": {"type": "enabled", "budget_tokens": 32}});
+    let (status, instance, text) = call_route(&gw, "/v1/messages", body.clone()).await;
+    assert_eq!(status, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["content"][0]["text"], "ok");
+    let fake = if instance == a.url { &a } else { &b };
+    assert_eq!(fake.seen.lock().unwrap().last().unwrap().1, body);
+    // Streamed events come back as the server sent them.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (status, _, text) = call_route(&gw, "/v1/messages", streamed).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.starts_with("event: message_start\ndata:"), "{text}");
+    assert!(text.contains("event: message_stop"), "{text}");
+    // A token count goes whole to an instance.
+    let count = json!({"model": "m", "messages": conversation});
+    let (status, _, text) = call_route(&gw, "/v1/messages/count_tokens", count).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["input_tokens"],
+        12
+    );
+    // A user's requests stay on one instance; requests of no user are drawn between both.
+    let mut plain = std::collections::BTreeSet::new();
+    let mut mine = std::collections::BTreeSet::new();
+    for _ in 0..24 {
+        plain.insert(call_route(&gw, "/v1/messages", body.clone()).await.1);
+        let mut users = body.clone();
+        users["metadata"] = json!({"user_id": "user_7_account__session_42"});
+        mine.insert(call_route(&gw, "/v1/messages", users).await.1);
+    }
+    assert_eq!(plain.len(), 2, "{plain:?}");
+    assert_eq!(mine.len(), 1, "{mine:?}");
+    // What a server would refuse is refused before any sees it.
+    let calls = a.calls.load(Ordering::SeqCst) + b.calls.load(Ordering::SeqCst);
+    for (bad, param) in [
+        (
+            json!({"model": "m", "messages": conversation}),
+            "max_tokens",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 0, "messages": conversation}),
+            "max_tokens",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 8, "messages": []}),
+            "messages",
+        ),
+        (json!({"model": "m", "max_tokens": 8}), "messages"),
+    ] {
+        let (status, _, text) = call_route(&gw, "/v1/messages", bad.clone()).await;
+        assert_eq!(status, 400, "{bad}: {text}");
+        let error: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(error["error"]["param"], param, "{bad}: {text}");
+    }
+    let (status, _, _) = call_route(&gw, "/v1/messages/count_tokens", json!({"model": "m"})).await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        a.calls.load(Ordering::SeqCst) + b.calls.load(Ordering::SeqCst),
+        calls
+    );
 }
 
 #[tokio::test]

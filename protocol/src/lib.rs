@@ -2,6 +2,7 @@
 //! clients, and the block hasher they all share.
 //!
 //! - [`openai`]: the OpenAI-compatible API (with the vLLM extensions a router needs).
+//! - [`anthropic`]: Anthropic's Messages API, as far as a router reads it.
 //! - [`hashing`]: chained XXH3-64 block hashes, identical in engines, scheduler and gateway.
 //! - [`engine_state`]: the status snapshots an engine pushes to the scheduler.
 //! - [`kv_events`]: the prefix-cache events an engine pushes to the scheduler's index.
@@ -13,6 +14,7 @@
 //! - [`migration`]: moving a running request between engines, and following it.
 //! - [`sglang`]: SGLang's native `/generate` API, read as the completion it amounts to.
 
+pub mod anthropic;
 pub mod clock;
 pub mod engine_state;
 pub mod hashing;

@@ -223,6 +223,9 @@ async fn not_found(req: Request) -> HttpError {
     } else if path.starts_with("/v1/responses") {
         " This engine serves completions and chat; the Responses API (stored responses) is \
          served by vLLM or SGLang behind switchyard."
+    } else if path.starts_with("/v1/messages") {
+        " This engine serves completions and chat; Anthropic's Messages API is served by vLLM \
+         or SGLang behind switchyard."
     } else {
         ""
     };

@@ -111,6 +111,8 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
         }
         Route::Whole(kind) => crate::front::pooling::prepare(kind, body, model, vocab_size),
         Route::Responses => crate::front::responses::prepare(body, model),
+        Route::Messages => crate::front::messages::prepare(body, model, true),
+        Route::CountTokens => crate::front::messages::prepare(body, model, false),
         Route::Chat => {
             let req: ChatCompletionRequest = parse(body)?;
             let checked = check_chat(&req, vocab_size, &model.defaults)?;

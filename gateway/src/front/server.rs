@@ -106,6 +106,11 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
         .route("/v1/responses/{id}", get(responses::retrieve))
         .route("/v1/responses/{id}/cancel", post(responses::cancel))
         .route("/generate", post(generate))
+        .route("/v1/messages", relayed_route(Route::Messages))
+        .route(
+            "/v1/messages/count_tokens",
+            relayed_route(Route::CountTokens),
+        )
         .route("/v1/models", get(models))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
@@ -193,7 +198,7 @@ async fn admit_and_relay(
         Target::Pool(m) => served(m),
         Target::External(_) => None,
     });
-    let session = session::session(headers, &map)?;
+    let session = session::session(headers, &map, route)?;
     let with_session = |mut p: Prepared| {
         p.session.clone_from(&session);
         p
@@ -254,7 +259,8 @@ async fn admit_and_relay(
     }
     let instance =
         HeaderValue::from_str(&opened.instance).unwrap_or(HeaderValue::from_static("unknown"));
-    // Pooling, responses and SGLang's answers are relayed as they came (no stream to resume).
+    // Pooling, responses, SGLang's and Anthropic's answers are relayed as they came (no stream
+    // to resume).
     if !opened.is_success() || route.relayed_as_sent() {
         return Ok((
             passed_through(opened.response, opened.release, instance),
@@ -408,6 +414,15 @@ async fn generate(
     body: BodyResult,
 ) -> Response {
     answer_panics(Box::pin(handle(&gateway, Route::Generate, &headers, body))).await
+}
+
+/// The handler of a route placed as completions are and relayed as the instance answered.
+fn relayed_route(route: Route) -> MethodRouter<Arc<Gateway>> {
+    post(
+        move |State(gateway): State<Arc<Gateway>>, headers: HeaderMap, body: BodyResult| async move {
+            answer_panics(Box::pin(handle(&gateway, route, &headers, body))).await
+        },
+    )
 }
 
 /// The handler of a pooling route: placed as completions are, answered whole.

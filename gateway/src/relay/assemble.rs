@@ -94,11 +94,9 @@ impl Assembler {
 impl Serialize for Assembler {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let object = match self.route {
-            Route::Completions => "text_completion",
             Route::Chat => "chat.completion",
-            // Relayed as the instance sent them; never assembled.
-            Route::Whole(_) | Route::Generate => "list",
-            Route::Responses => "response",
+            // Completions; the routes relayed as the instance sent them are never assembled.
+            _ => "text_completion",
         };
         let mut map = s.serialize_map(None)?;
         for (key, value) in &self.head {
@@ -133,9 +131,6 @@ impl Serialize for ChoiceOut<'_> {
         let mut map = s.serialize_map(None)?;
         map.serialize_entry("index", &self.index)?;
         match self.route {
-            Route::Completions | Route::Whole(_) | Route::Responses | Route::Generate => {
-                map.serialize_entry("text", &c.text)?
-            }
             Route::Chat => map.serialize_entry(
                 "message",
                 &Message {
@@ -144,6 +139,8 @@ impl Serialize for ChoiceOut<'_> {
                     extra: &c.message_extra,
                 },
             )?,
+            // Completions (the routes relayed as sent are never assembled).
+            _ => map.serialize_entry("text", &c.text)?,
         }
         map.serialize_entry("logprobs", c.extra.get("logprobs").unwrap_or(&Value::Null))?;
         map.serialize_entry("finish_reason", &c.finish_reason)?;

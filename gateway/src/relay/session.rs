@@ -447,11 +447,9 @@ impl Session {
         }
         let mut chunk: Value = serde_json::from_slice(self.last_chunk.as_ref()?).ok()?;
         let choice = match self.upstream.route() {
-            // (Pooling, responses and SGLang routes are relayed as sent: never a chunk here.)
-            Route::Completions | Route::Whole(_) | Route::Responses | Route::Generate => {
-                json!({"index": 0, "text": held, "finish_reason": null})
-            }
             Route::Chat => json!({"index": 0, "delta": {"content": held}, "finish_reason": null}),
+            // Completions (the routes relayed as sent never make a chunk here).
+            _ => json!({"index": 0, "text": held, "finish_reason": null}),
         };
         chunk["choices"] = json!([choice]);
         if let Some(map) = chunk.as_object_mut() {

@@ -83,6 +83,11 @@ pub enum Route {
     /// SGLang's native `/generate` (SGLang's and switchyard's engines): placed as the
     /// completion it amounts to, relayed as the instance sent it, whole or streamed.
     Generate,
+    /// Anthropic's `/v1/messages` (vLLM's, SGLang's): relayed as the instance sent it, whole or
+    /// streamed.
+    Messages,
+    /// Anthropic's `/v1/messages/count_tokens` (vLLM's): relayed whole as the instance sent it.
+    CountTokens,
 }
 
 /// The pooling routes, answered whole.
@@ -104,7 +109,7 @@ impl Route {
     /// Whether the answer is relayed as the instance sent it (whole, or a stream the gateway
     /// does not read), and the body goes upstream as the client sent it: no stream to resume.
     pub fn relayed_as_sent(self) -> bool {
-        matches!(self, Route::Whole(_) | Route::Responses | Route::Generate)
+        !matches!(self, Route::Completions | Route::Chat)
     }
 
     /// The path on the engine.
@@ -119,6 +124,8 @@ impl Route {
             Route::Whole(Pooling::Score) => "/v1/score",
             Route::Responses => "/v1/responses",
             Route::Generate => "/generate",
+            Route::Messages => "/v1/messages",
+            Route::CountTokens => "/v1/messages/count_tokens",
         }
     }
 }

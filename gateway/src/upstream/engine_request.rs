@@ -113,14 +113,14 @@ impl UpstreamRequest {
             let done = resume.generated.len() as i64;
             let limit = match self.route {
                 Route::Completions => self.body.get_as::<i64>("max_tokens").or(Some(16)),
-                // Relayed as the instance sent them, so never resumed.
-                Route::Whole(_) | Route::Responses | Route::Generate => None,
                 Route::Chat => {
                     changes.push(("max_completion_tokens", None));
                     self.body
                         .get_as::<i64>("max_completion_tokens")
                         .or_else(|| self.body.get_as::<i64>("max_tokens"))
                 }
+                // Relayed as the instance sent them, so never resumed.
+                _ => None,
             };
             if let Some(limit) = limit {
                 set(&mut changes, "max_tokens", &(limit - done).max(0));

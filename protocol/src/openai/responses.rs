@@ -32,16 +32,23 @@ impl ResponsesRequest {
     /// Bytes of text in the input and instructions: every string the input holds (texts, image
     /// URLs excepted), for an estimate of the prompt's tokens.
     pub fn text_bytes(&self) -> usize {
-        fn strings(value: &Value, key: Option<&str>) -> usize {
-            match value {
-                Value::String(s) if !matches!(key, Some("image_url" | "file_data")) => s.len(),
-                Value::Array(items) => items.iter().map(|v| strings(v, key)).sum(),
-                Value::Object(map) => map.iter().map(|(k, v)| strings(v, Some(k))).sum(),
-                _ => 0,
-            }
-        }
-        strings(&self.input, None) + self.instructions.as_ref().map_or(0, String::len)
+        string_bytes(&self.input, &["image_url", "file_data"])
+            + self.instructions.as_ref().map_or(0, String::len)
     }
+}
+
+/// Bytes of every string `value` holds but those under the keys `skipped` (images and files,
+/// which are not text), for an estimate of a prompt's tokens.
+pub fn string_bytes(value: &Value, skipped: &[&str]) -> usize {
+    fn strings(value: &Value, key: Option<&str>, skipped: &[&str]) -> usize {
+        match value {
+            Value::String(s) if !key.is_some_and(|k| skipped.contains(&k)) => s.len(),
+            Value::Array(items) => items.iter().map(|v| strings(v, key, skipped)).sum(),
+            Value::Object(map) => map.iter().map(|(k, v)| strings(v, Some(k), skipped)).sum(),
+            _ => 0,
+        }
+    }
+    strings(value, None, skipped)
 }
 
 #[cfg(test)]
