@@ -71,12 +71,7 @@ pub fn remember(opened: &mut Opened, scheduler: SchedulerClient) {
         return;
     }
     let instance = opened.instance.clone();
-    let streamed = opened
-        .response
-        .content_type
-        .as_ref()
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let streamed = opened.response.is_stream();
     let body = std::mem::replace(&mut opened.response.body, futures::stream::empty().boxed());
     opened.response.body = watch_for_id(body, streamed, move |id| async move {
         scheduler.remember_response(&id, &instance).await;

@@ -11,6 +11,7 @@ use crate::front::tokenize;
 use crate::metrics::GatewayMetrics;
 use crate::relay::observe::RelayObserver;
 use crate::relay::session::{collect, stream_body, ResumeWith, Session};
+use crate::relay::watch;
 use crate::shared::{deadline_error, Pooling, Prepared, Route, ServedModel, Target};
 use crate::upstream::answer::Answer;
 use crate::upstream::engine_request::UpstreamRequest;
@@ -256,6 +257,11 @@ async fn admit_and_relay(
         .await?;
     if route == Route::Responses {
         responses::remember(&mut opened, gateway.opener.scheduler().clone());
+    }
+    if route.watched() && opened.is_success() && opened.response.is_stream() {
+        let observer = RelayObserver::new(gateway.metrics.clone(), model.clone(), started);
+        let body = std::mem::replace(&mut opened.response.body, futures::stream::empty().boxed());
+        opened.response.body = watch::watched(body, route, observer, opened.release.take());
     }
     let instance =
         HeaderValue::from_str(&opened.instance).unwrap_or(HeaderValue::from_static("unknown"));

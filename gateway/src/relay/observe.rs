@@ -36,10 +36,17 @@ impl RelayObserver {
 
     /// Looks at the next chunk of the answer, arrived at `now`.
     pub fn observe(&mut self, chunk: &ChunkView, now: Instant) {
-        if let Some(usage) = &chunk.usage {
-            self.reported_tokens = Some(usage.completion_tokens);
+        let tokens = chunk.usage.as_ref().map(|u| u.completion_tokens);
+        self.observe_news(chunk.has_text(), tokens, now);
+    }
+
+    /// Notes an event of the answer, arrived at `now`: whether it carries generated text, and
+    /// the answer's output tokens so far, where it says.
+    pub fn observe_news(&mut self, text: bool, tokens: Option<u64>, now: Instant) {
+        if tokens.is_some() {
+            self.reported_tokens = tokens;
         }
-        if chunk.has_text() {
+        if text {
             match self.last_token {
                 None => self.first_token = Some(now),
                 Some(last) => self.token_gaps.observe((now - last).as_secs_f64() * 1000.0),

@@ -112,6 +112,12 @@ impl Route {
         !matches!(self, Route::Completions | Route::Chat)
     }
 
+    /// Whether the answer is generated text relayed as the instance sent it, whose stream the
+    /// gateway watches for its token metrics ([`crate::relay::watch`]).
+    pub fn watched(self) -> bool {
+        matches!(self, Route::Generate | Route::Messages | Route::Responses)
+    }
+
     /// The path on the engine.
     pub fn path(self) -> &'static str {
         match self {

@@ -28,6 +28,14 @@ impl Answer {
         self.status.is_success()
     }
 
+    /// Whether the body is a stream of server-sent events.
+    pub fn is_stream(&self) -> bool {
+        self.content_type
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"))
+    }
+
     /// The whole body, if it is at most `limit` bytes.
     pub async fn bytes(self, limit: usize) -> io::Result<Bytes> {
         let mut whole = BytesMut::new();
