@@ -300,11 +300,20 @@ async fn metrics(gateway: &str) -> String {
     get_route(gateway, "/metrics").await.2
 }
 
-/// The value of `series` (name and labels as rendered) in a `/metrics` text; 0 when absent.
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
+/// What the gateway measured of model `m`'s streams: answers whose first token it timed, their
+/// output tokens, and the gaps between their tokens.
+async fn watched(gateway: &str) -> [f64; 3] {
+    let text = metrics(gateway).await;
+    let value = |series: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    [
+        value("request_ttft_milliseconds_count{model=\"m\"}"),
+        value("request_output_tokens_total{model=\"m\"}"),
+        value("request_itl_milliseconds_count{model=\"m\"}"),
+    ]
 }
 
 #[tokio::test]
@@ -528,24 +537,8 @@ async fn sglang_generate_is_placed_and_relayed_as_the_server_sent_it() {
     let last: Value = serde_json::from_str(events[1]).unwrap();
     assert_eq!(last["output_ids"], json!([7, 8]));
     assert_eq!(sglang.seen.lock().unwrap()[1].1, streamed);
-    // The stream was watched as it passed: its first token timed, its tokens counted.
-    let seen = metrics(&gw).await;
-    let value = |series: &str| metric(&seen, series);
-    assert_eq!(
-        value("request_ttft_milliseconds_count{model=\"m\"}"),
-        1.0,
-        "{seen}"
-    );
-    assert_eq!(
-        value("request_output_tokens_total{model=\"m\"}"),
-        2.0,
-        "{seen}"
-    );
-    assert_eq!(
-        value("request_itl_milliseconds_count{model=\"m\"}"),
-        1.0,
-        "{seen}"
-    );
+    // The stream was watched as it passed: its first token timed, its tokens and gaps counted.
+    assert_eq!(watched(&gw).await, [1.0, 2.0, 1.0]);
     // Bad inputs are refused in SGLang's terms before any server sees them.
     let calls = sglang.calls.load(Ordering::SeqCst) + busy.calls.load(Ordering::SeqCst);
     for (bad, param) in [
@@ -603,18 +596,7 @@ async fn anthropic_messages_are_relayed_as_sent_and_a_users_stay_on_one_instance
     assert_eq!(status, 200, "{text}");
     assert!(text.starts_with("event: message_start\ndata:"), "{text}");
     assert!(text.contains("event: message_stop"), "{text}");
-    let seen = metrics(&gw).await;
-    let value = |series: &str| metric(&seen, series);
-    assert_eq!(
-        value("request_ttft_milliseconds_count{model=\"m\"}"),
-        1.0,
-        "{seen}"
-    );
-    assert_eq!(
-        value("request_output_tokens_total{model=\"m\"}"),
-        3.0,
-        "{seen}"
-    );
+    assert_eq!(watched(&gw).await[..2], [1.0, 3.0]);
     // A token count goes whole to an instance.
     let count = json!({"model": "m", "messages": conversation});
     let (status, _, text) = call_route(&gw, "/v1/messages/count_tokens", count).await;

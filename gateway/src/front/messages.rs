@@ -12,14 +12,9 @@ use switchyard_protocol::openai::ApiError;
 pub fn prepare(body: &[u8], model: &ServedModel, generates: bool) -> Result<Prepared, ApiError> {
     let req: MessagesRequest = parse(body)?;
     let max_tokens = req.check(generates)?;
-    Ok(Prepared {
-        model: model.name.clone(),
-        prompt_tokens: estimated_tokens(req.text_bytes()),
-        block_hashes: Vec::new(),
+    Ok(Prepared::unhashed(
+        model,
+        estimated_tokens(req.text_bytes()),
         max_tokens,
-        priority: 0,
-        prompt_ids: Vec::new(),
-        previous_response_id: None,
-        session: None,
-    })
+    ))
 }

@@ -22,16 +22,7 @@ pub fn prepare(
         Pooling::Rerank => rerank(parse(body)?, model)?,
         Pooling::Score => score(parse(body)?, model, vocab_size)?,
     };
-    Ok(Prepared {
-        model: model.name.clone(),
-        prompt_tokens: tokens,
-        block_hashes: Vec::new(),
-        max_tokens: 0,
-        priority: 0,
-        prompt_ids: Vec::new(),
-        previous_response_id: None,
-        session: None,
-    })
+    Ok(Prepared::unhashed(model, tokens, 0))
 }
 
 /// The tokens of an `input` (a text, texts, token ids or lists of them), each input checked as

@@ -126,15 +126,10 @@ pub fn prepare(route: Route, body: &[u8], model: &ServedModel) -> Result<Prepare
                     true => body.len(),
                     false => text_bytes(&req.messages),
                 };
+                let max_tokens = checked.max_tokens.unwrap_or(0);
                 return Ok(Prepared {
-                    model: model.name.clone(),
-                    prompt_tokens: estimated_tokens(bytes),
-                    block_hashes: Vec::new(),
-                    max_tokens: checked.max_tokens.unwrap_or(0),
                     priority: req.sampling.priority.unwrap_or(0),
-                    prompt_ids: Vec::new(),
-                    previous_response_id: None,
-                    session: None,
+                    ..Prepared::unhashed(model, estimated_tokens(bytes), max_tokens)
                 });
             };
             let ids = chat_prompt(model.chat_template.as_deref(), tokenizer, &req)?;

@@ -52,15 +52,10 @@ pub fn prepare(body: &[u8], model: &ServedModel) -> Result<Prepared, ApiError> {
             "`previous_response_id` is empty.",
         ));
     }
+    let prompt_tokens = estimated_tokens(req.text_bytes());
     Ok(Prepared {
-        model: model.name.clone(),
-        prompt_tokens: estimated_tokens(req.text_bytes()),
-        block_hashes: Vec::new(),
-        max_tokens,
-        priority: 0,
-        prompt_ids: Vec::new(),
         previous_response_id: req.previous_response_id,
-        session: None,
+        ..Prepared::unhashed(model, prompt_tokens, max_tokens)
     })
 }
 

@@ -93,25 +93,22 @@ pub fn router(gateway: Arc<Gateway>, max_body_bytes: usize) -> Router {
         admin = admin.route("/v1/instances", get(instances));
     }
     admin_only(admin, gateway.admin_key.clone())
-        .route("/v1/completions", post(completions))
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/embeddings", pooling(Pooling::Embeddings))
-        .route("/classify", pooling(Pooling::Classify))
-        .route("/pooling", pooling(Pooling::Pooling))
-        .route("/v1/rerank", pooling(Pooling::Rerank))
-        .route("/rerank", pooling(Pooling::Rerank))
-        .route("/v2/rerank", pooling(Pooling::Rerank))
-        .route("/v1/score", pooling(Pooling::Score))
-        .route("/score", pooling(Pooling::Score))
-        .route("/v1/responses", post(create_response))
+        .route("/v1/completions", routed(Route::Completions))
+        .route("/v1/chat/completions", routed(Route::Chat))
+        .route("/v1/embeddings", routed(Route::Whole(Pooling::Embeddings)))
+        .route("/classify", routed(Route::Whole(Pooling::Classify)))
+        .route("/pooling", routed(Route::Whole(Pooling::Pooling)))
+        .route("/v1/rerank", routed(Route::Whole(Pooling::Rerank)))
+        .route("/rerank", routed(Route::Whole(Pooling::Rerank)))
+        .route("/v2/rerank", routed(Route::Whole(Pooling::Rerank)))
+        .route("/v1/score", routed(Route::Whole(Pooling::Score)))
+        .route("/score", routed(Route::Whole(Pooling::Score)))
+        .route("/v1/responses", routed(Route::Responses))
         .route("/v1/responses/{id}", get(responses::retrieve))
         .route("/v1/responses/{id}/cancel", post(responses::cancel))
-        .route("/generate", post(generate))
-        .route("/v1/messages", relayed_route(Route::Messages))
-        .route(
-            "/v1/messages/count_tokens",
-            relayed_route(Route::CountTokens),
-        )
+        .route("/generate", routed(Route::Generate))
+        .route("/v1/messages", routed(Route::Messages))
+        .route("/v1/messages/count_tokens", routed(Route::CountTokens))
         .route("/v1/models", get(models))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
@@ -381,61 +378,10 @@ type BodyResult = Result<Bytes, BytesRejection>;
 
 // A request's handling is a future of about 4 KB; boxed once here, it is not copied again each
 // time axum and the panic guard wrap it.
-async fn completions(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    body: BodyResult,
-) -> Response {
-    answer_panics(Box::pin(handle(
-        &gateway,
-        Route::Completions,
-        &headers,
-        body,
-    )))
-    .await
-}
-
-async fn chat_completions(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    body: BodyResult,
-) -> Response {
-    answer_panics(Box::pin(handle(&gateway, Route::Chat, &headers, body))).await
-}
-
-/// `POST /v1/responses`: placed as completions are, relayed as the instance sent it.
-async fn create_response(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    body: BodyResult,
-) -> Response {
-    answer_panics(Box::pin(handle(&gateway, Route::Responses, &headers, body))).await
-}
-
-/// SGLang's `POST /generate`: placed as the completion it amounts to, relayed as the instance
-/// sent it.
-async fn generate(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    body: BodyResult,
-) -> Response {
-    answer_panics(Box::pin(handle(&gateway, Route::Generate, &headers, body))).await
-}
-
-/// The handler of a route placed as completions are and relayed as the instance answered.
-fn relayed_route(route: Route) -> MethodRouter<Arc<Gateway>> {
+/// The handler of `route`: admitted, placed and relayed by [`handle`].
+fn routed(route: Route) -> MethodRouter<Arc<Gateway>> {
     post(
         move |State(gateway): State<Arc<Gateway>>, headers: HeaderMap, body: BodyResult| async move {
-            answer_panics(Box::pin(handle(&gateway, route, &headers, body))).await
-        },
-    )
-}
-
-/// The handler of a pooling route: placed as completions are, answered whole.
-fn pooling(kind: Pooling) -> MethodRouter<Arc<Gateway>> {
-    post(
-        move |State(gateway): State<Arc<Gateway>>, headers: HeaderMap, body: BodyResult| async move {
-            let route = Route::Whole(kind);
             answer_panics(Box::pin(handle(&gateway, route, &headers, body))).await
         },
     )

@@ -158,6 +158,24 @@ pub struct Prepared {
     pub session: Option<String>,
 }
 
+impl Prepared {
+    /// A request for `model` placed by its size alone: `prompt_tokens` counted or estimated,
+    /// no prefix hashes, no prompt ids (its body goes upstream as sent), `max_tokens` asked
+    /// (0: unknown).
+    pub fn unhashed(model: &ServedModel, prompt_tokens: u32, max_tokens: u32) -> Self {
+        Prepared {
+            model: model.name.clone(),
+            prompt_tokens,
+            block_hashes: Vec::new(),
+            max_tokens,
+            priority: 0,
+            prompt_ids: Vec::new(),
+            previous_response_id: None,
+            session: None,
+        }
+    }
+}
+
 /// An external OpenAI-compatible endpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Endpoint {
