@@ -111,6 +111,74 @@ async fn absurd_json_parameters_and_headers_get_clear_errors_at_once() {
         assert!(started.elapsed() < Duration::from_secs(2), "{name}");
     }
 
+    // SGLang's and Anthropic's routes, read by the same parser and checks.
+    let nested = |depth: usize| format!("{}\"x\"{}", "[".repeat(depth), "]".repeat(depth));
+    let other_routes: Vec<(&str, &str, Vec<u8>)> = vec![
+        (
+            "/generate",
+            "a text nested 100,000 deep",
+            format!("{{\"text\": {}}}", nested(100_000)).into_bytes(),
+        ),
+        (
+            "/generate",
+            "a million choices",
+            json!({"text": "x", "sampling_params": {"n": 1_000_000}})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "/generate",
+            "NaN temperature",
+            br#"{"text": "x", "sampling_params": {"temperature": NaN}}"#.to_vec(),
+        ),
+        (
+            "/generate",
+            "a huge max_new_tokens",
+            json!({"text": "x", "sampling_params": {"max_new_tokens": u64::MAX}})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "/generate",
+            "token ids past the vocabulary",
+            json!({"input_ids": [[1], [u64::MAX]]})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "/v1/messages",
+            "messages nested 100,000 deep",
+            format!("{{\"max_tokens\": 8, \"messages\": {}}}", nested(100_000)).into_bytes(),
+        ),
+        (
+            "/v1/messages",
+            "a huge max_tokens",
+            json!({"max_tokens": u64::MAX, "messages": [{"role": "user", "content": "x"}]})
+                .to_string()
+                .into_bytes(),
+        ),
+    ];
+    for (route, name, body) in other_routes {
+        let started = Instant::now();
+        let r = client
+            .post(format!("{base}{route}"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{route}: {name}");
+        let error: Value = r.json().await.unwrap();
+        assert!(
+            error["error"]["message"].is_string(),
+            "{route} {name}: {error}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{route}: {name}"
+        );
+    }
+
     let body = r#"{"prompt": "x", "max_tokens": 1}"#;
     let with_id = |id: &str| {
         format!(
