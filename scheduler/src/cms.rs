@@ -41,6 +41,9 @@ pub struct InstanceState {
     pub pressure: PrefillPressure,
     /// Whether it is being emptied (no placements, everything running moves away).
     pub draining: bool,
+    /// The LoRA adapters it serves besides its model (vLLM's `--lora-modules`, or loaded at
+    /// run time), by the names requests use.
+    pub adapters: Vec<String>,
 }
 
 impl InstanceState {
@@ -51,6 +54,11 @@ impl InstanceState {
             && !self.draining
             && self.status.is_some()
             && now - self.status_time <= staleness
+    }
+
+    /// Whether it serves requests naming `model`: its model, or one of its adapters.
+    pub fn serves(&self, model: &str) -> bool {
+        self.meta.model == model || self.adapters.iter().any(|a| a == model)
     }
 
     /// Whether its running requests can move to another instance with their KV, or come from
@@ -90,6 +98,7 @@ impl Cms {
                 reachable: true,
                 pressure: PrefillPressure::default(),
                 draining: false,
+                adapters: Vec::new(),
             },
         );
         slot
@@ -119,6 +128,13 @@ impl Cms {
             state.status = Some(status);
             state.status_time = now;
             state.reachable = true;
+        }
+    }
+
+    /// Sets the adapters an instance serves besides its model.
+    pub fn set_adapters(&mut self, id: &str, adapters: Vec<String>) {
+        if let Some(state) = self.instances.get_mut(id) {
+            state.adapters = adapters;
         }
     }
 

@@ -147,6 +147,36 @@ fn stale_unreachable_and_excluded_instances_are_skipped() {
 }
 
 #[test]
+fn a_lora_adapters_requests_go_where_it_is_loaded_without_the_base_models_prefix_credit() {
+    for policy in Policy::ALL {
+        let mut s = cluster(policy, 3);
+        for i in 0..3 {
+            s.on_status(&format!("i{i}"), idle(), 100.0);
+        }
+        // i0 holds the prompt's blocks (the base model's); i2 has the adapter loaded.
+        let prompt: Vec<u32> = (0..64).collect();
+        s.on_kv_events("i0", &stored_prompt(&prompt)).unwrap();
+        s.on_adapters("i2", vec!["sql-lora".into()]);
+        for r in 0..4 {
+            let mut lora = request(&format!("{policy:?}-{r}"), &prompt);
+            lora.model = "sql-lora".into();
+            let placed = s.schedule(&lora, 100.0).unwrap();
+            assert_eq!(placed.decision.instance_id, "i2", "{policy:?}");
+            assert_eq!(placed.best_hit_ratio, 0.0, "{policy:?}");
+        }
+        // Unloaded: no instance serves it.
+        s.on_adapters("i2", Vec::new());
+        let mut lora = request(&format!("{policy:?}-unloaded"), &prompt);
+        lora.model = "sql-lora".into();
+        assert_eq!(
+            s.schedule(&lora, 100.0),
+            Err(ScheduleError::EndpointNotFound("sql-lora".into())),
+            "{policy:?}"
+        );
+    }
+}
+
+#[test]
 fn a_request_pinned_to_an_instance_goes_there_under_every_policy_or_nowhere() {
     for policy in Policy::ALL {
         let mut s = cluster(policy, 3);

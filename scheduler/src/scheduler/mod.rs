@@ -185,6 +185,8 @@ pub struct Placement {
 pub struct InstanceView {
     /// Description.
     pub meta: InstanceMeta,
+    /// The LoRA adapters it serves besides its model.
+    pub adapters: Vec<String>,
     /// The role it plays now: its own, or under adaptive PD, while some instances of its model
     /// lean prefill, the one it leans to.
     pub role: InferStage,
@@ -348,6 +350,16 @@ impl Scheduler {
             ));
         }
         orders
+    }
+
+    /// Whether `model` names a LoRA adapter: no instance serves it as its model.
+    fn is_adapter(&self, model: &str) -> bool {
+        self.cms.iter().all(|s| s.meta.model != model)
+    }
+
+    /// Sets the LoRA adapters instance `id` serves besides its model.
+    pub fn on_adapters(&mut self, id: &str, adapters: Vec<String>) {
+        self.cms.set_adapters(id, adapters);
     }
 
     /// The models the instances serve, each once.
@@ -544,6 +556,18 @@ impl Scheduler {
         now: f64,
         lap: &mut dyn FnMut(Lap),
     ) -> Result<Placement, ScheduleError> {
+        // A LoRA adapter's blocks are its own (vLLM keys them by adapter): the base model's
+        // cached prefixes are no hit for it, so an adapter's request is placed without hashes.
+        let unhashed;
+        let req = if !req.block_hashes.is_empty() && self.is_adapter(&req.model) {
+            unhashed = ScheduleRequest {
+                block_hashes: Vec::new(),
+                ..req.clone()
+            };
+            &unhashed
+        } else {
+            req
+        };
         self.hits_fresh = false;
         self.answer = self
             .answers
@@ -673,7 +697,7 @@ impl Scheduler {
             let fits = stage.is_none_or(|stage| role_fits(role, stage));
             let leans_back = stage == Some(InferStage::Prefill)
                 && leaning.is_some_and(|l| l.leans_back(&state.meta.id));
-            if state.meta.model != req.model || !fits || leans_back {
+            if !state.serves(&req.model) || !fits || leans_back {
                 continue;
             }
             serving += 1;
@@ -848,6 +872,7 @@ impl Scheduler {
         let role = Leaning::role_under(leaning, &s.meta);
         InstanceView {
             meta: s.meta.clone(),
+            adapters: s.adapters.clone(),
             role,
             schedulable: s.schedulable(now, self.config.staleness),
             status_age: s.status.as_ref().map(|_| now - s.status_time),

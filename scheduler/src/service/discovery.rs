@@ -3,7 +3,9 @@
 //! added (unschedulable until their first status) and followed; instances that disappear are
 //! dropped with their index entries and dispatches.
 
-use super::sources::{follow_state, probe_model, scrape_instance, watch_switchyard_instance};
+use super::sources::{
+    follow_adapters, follow_state, probe_served, scrape_instance, watch_switchyard_instance, Served,
+};
 use super::zmq_events::follow_zmq_events;
 use super::SchedulerService;
 use crate::cms::{EngineKind, InstanceMeta};
@@ -164,7 +166,7 @@ pub async fn first_statuses(
 ) {
     let entries = discovery.entries().await.unwrap_or_default();
     let heard_from = |url: String| async move {
-        if probe_model(client, &url).await.is_none() {
+        if probe_served(client, &url).await.is_none() {
             return;
         }
         while !service.is_schedulable(&url) {
@@ -250,9 +252,9 @@ async fn follow(
         url,
         kv_events,
     } = entry;
-    let model = loop {
-        match probe_model(&client, &url).await {
-            Some(model) => break model,
+    let Served { model, adapters } = loop {
+        match probe_served(&client, &url).await {
+            Some(served) => break served,
             None => tokio::time::sleep(Duration::from_millis(500)).await,
         }
     };
@@ -264,6 +266,7 @@ async fn follow(
         role: InferStage::Neutral,
         kind,
     });
+    service.on_adapters(&url, adapters);
     match kind {
         EngineKind::Switchyard => match kv_events.zip(host_of(&url)) {
             // Its status as usual, its KV events from its vLLM-format publisher instead.
@@ -284,6 +287,8 @@ async fn follow(
                     follow_zmq_events(service.clone(), url.clone(), host, ports, block_size).await
                 }
             };
+            let adapters =
+                follow_adapters(service.clone(), client.clone(), url.clone(), url.clone());
             let scrape = scrape_instance(
                 service.clone(),
                 client,
@@ -293,7 +298,7 @@ async fn follow(
                 settings.scrape_interval,
                 settings.block_size,
             );
-            tokio::join!(scrape, events);
+            tokio::join!(scrape, events, adapters);
         }
     }
 }

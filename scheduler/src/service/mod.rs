@@ -15,7 +15,7 @@ pub use discovery::{
 pub use http::{drain_router, router};
 pub use metrics::SchedulerMetrics;
 pub use migrations::{run_rescheduler, DrainReport, DrainRequest};
-pub use sources::{probe_model, scrape_instance, watch_switchyard_instance};
+pub use sources::{probe_served, scrape_instance, watch_switchyard_instance, Served};
 
 use crate::cms::InstanceMeta;
 use crate::scheduler::{InstanceView, Lap, ScheduleError, Scheduler};
@@ -155,6 +155,11 @@ impl SchedulerService {
         core.on_status(id, status, unix_now());
         self.metrics
             .on_refresh_status(started.elapsed().as_secs_f64() * 1e3);
+    }
+
+    /// Instance `id` serves these LoRA adapters besides its model.
+    pub fn on_adapters(&self, id: &str, adapters: Vec<String>) {
+        self.core().on_adapters(id, adapters);
     }
 
     /// Instance `id`'s latest `/metrics` page had families that could not be read.

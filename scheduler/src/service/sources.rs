@@ -17,8 +17,37 @@ use switchyard_protocol::kv_events::KvMessage;
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// The model an instance serves, from its `GET /v1/models`.
-pub async fn probe_model(client: &reqwest::Client, endpoint: &str) -> Option<String> {
+/// How often an engine's LoRA adapters are looked up again (vLLM loads and unloads them at
+/// run time, `/v1/load_lora_adapter`).
+const ADAPTERS_REFRESH: Duration = Duration::from_secs(5);
+
+/// What an instance serves, from its `GET /v1/models`: its model (the first listed) and the
+/// LoRA adapters of that model (vLLM lists each with its base model as `parent`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Served {
+    /// The model.
+    pub model: String,
+    /// Its adapters' names.
+    pub adapters: Vec<String>,
+}
+
+impl Served {
+    /// Reads a `/v1/models` answer.
+    fn from_list(list: &serde_json::Value) -> Option<Self> {
+        let entries = list["data"].as_array()?;
+        let model = entries.first()?["id"].as_str()?.to_string();
+        let adapters = entries
+            .iter()
+            .filter(|e| e["parent"].as_str() == Some(model.as_str()))
+            .filter_map(|e| Some(e["id"].as_str()?.to_string()))
+            .filter(|id| *id != model)
+            .collect();
+        Some(Served { model, adapters })
+    }
+}
+
+/// What an instance serves, from its `GET /v1/models`.
+pub async fn probe_served(client: &reqwest::Client, endpoint: &str) -> Option<Served> {
     let list: serde_json::Value = client
         .get(format!("{endpoint}/v1/models"))
         .timeout(Duration::from_secs(5))
@@ -28,7 +57,31 @@ pub async fn probe_model(client: &reqwest::Client, endpoint: &str) -> Option<Str
         .json()
         .await
         .ok()?;
-    list["data"][0]["id"].as_str().map(String::from)
+    Served::from_list(&list)
+}
+
+/// Keeps instance `id`'s LoRA adapters as its `/v1/models` at `endpoint` lists them, while it
+/// is known.
+pub async fn follow_adapters(
+    service: Arc<SchedulerService>,
+    client: reqwest::Client,
+    id: String,
+    endpoint: String,
+) {
+    let mut ticks = tokio::time::interval(ADAPTERS_REFRESH);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut known = Vec::new();
+    while service.has_instance(&id) {
+        ticks.tick().await;
+        // An unanswered probe changes nothing: the scrape marks an instance that is away.
+        if let Some(served) = probe_served(&client, &endpoint).await {
+            if served.adapters != known {
+                tracing::info!("instance {id} serves adapters {:?}", served.adapters);
+                service.on_adapters(&id, served.adapters.clone());
+                known = served.adapters;
+            }
+        }
+    }
 }
 
 /// Follows a switchyard engine's status and KV event streams while the instance is known.
@@ -199,5 +252,29 @@ pub async fn scrape_instance(
             }
             None => service.on_unreachable(&id),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_models_list_names_the_model_and_its_adapters() {
+        let list = json!({"object": "list", "data": [
+            {"id": "llama", "root": "/models/llama", "parent": null},
+            {"id": "sql-lora", "root": "/adapters/sql", "parent": "llama"},
+            {"id": "other", "root": "/x", "parent": "someone-else"}
+        ]});
+        let served = Served::from_list(&list).unwrap();
+        assert_eq!(served.model, "llama");
+        assert_eq!(served.adapters, ["sql-lora"]);
+        let plain = json!({"data": [{"id": "qwen3-0.6b"}]});
+        assert_eq!(
+            Served::from_list(&plain).unwrap().adapters,
+            Vec::<String>::new()
+        );
+        assert_eq!(Served::from_list(&json!({"data": []})), None);
     }
 }
