@@ -4,7 +4,8 @@
 //! engine's `/v1/switchyard/model`, and again when no engine it was learned from serves it any
 //! more). A model that only other engines serve (vLLM, SGLang, ...) takes the tokenizer given for
 //! it (`--tokenizer NAME=DIR`), or its requests go upstream as text, placed without prefix
-//! hashes, which the log says once.
+//! hashes, which the log says once. A LoRA adapter an instance serves (vLLM's) is served as its
+//! base model is, under the adapter's name.
 
 use crate::front::model_book::ModelBook;
 use crate::front::routes::Routes;
@@ -82,7 +83,11 @@ impl ModelLearner {
     /// Learns the models of the instances listed now and forgets those no instance serves.
     async fn refresh(&mut self) {
         let mut by_model: BTreeMap<String, Vec<KnownInstance>> = BTreeMap::new();
+        let mut adapters: BTreeMap<String, String> = BTreeMap::new();
         for instance in self.scheduler.known_instances() {
+            for adapter in &instance.adapters {
+                adapters.insert(adapter.clone(), instance.model.clone());
+            }
             by_model
                 .entry(instance.model.clone())
                 .or_default()
@@ -109,6 +114,17 @@ impl ModelLearner {
             if let Some(learned) = self.learn(&name, &engines).await {
                 next.insert(name, learned);
             }
+        }
+        for (adapter, base) in adapters {
+            let Some(base) = next.get(&base).filter(|_| !next.contains_key(&adapter)) else {
+                continue;
+            };
+            let model = ServedModel {
+                name: adapter.clone(),
+                ..base.model.clone()
+            };
+            let from = base.from.clone();
+            next.insert(adapter, Learned { model, from });
         }
         self.learned = next;
         if self.sources() == before {

@@ -51,10 +51,19 @@ pub struct KnownInstance {
     pub endpoint: String,
     /// The model it serves.
     pub model: String,
+    /// The LoRA adapters it serves besides its model.
+    pub adapters: Vec<String>,
     /// What kind of engine it is.
     pub kind: EngineKind,
     /// Whether it took requests when last listed.
     pub schedulable: bool,
+}
+
+impl KnownInstance {
+    /// Whether it serves requests naming `model`: its model, or one of its adapters.
+    pub fn serves(&self, model: &str) -> bool {
+        self.model == model || self.adapters.iter().any(|a| a == model)
+    }
 }
 
 /// A scheduler reached over HTTP.
@@ -209,6 +218,7 @@ impl RemoteScheduler {
                     id: v["meta"]["id"].as_str()?.to_string(),
                     endpoint: v["meta"]["endpoint"].as_str()?.to_string(),
                     model: v["meta"]["model"].as_str()?.to_string(),
+                    adapters: serde_json::from_value(v["adapters"].clone()).unwrap_or_default(),
                     kind: serde_json::from_value(v["meta"]["kind"].clone()).unwrap_or_default(),
                     schedulable: v["schedulable"] == true,
                 })
@@ -376,7 +386,7 @@ impl RemoteScheduler {
         let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
         let candidates: Vec<&KnownInstance> = known
             .iter()
-            .filter(|k| k.schedulable && k.model == req.model && !req.exclude.contains(&k.id))
+            .filter(|k| k.schedulable && k.serves(&req.model) && !req.exclude.contains(&k.id))
             .filter(|k| req.only.as_ref().is_none_or(|only| *only == k.id))
             .collect();
         if candidates.is_empty() {
