@@ -486,6 +486,11 @@ mod tests {
                 id: format!("i{i}"),
                 endpoint: format!("http://127.0.0.1:{}", 19700 + i),
                 model: "m".into(),
+                adapters: if i == 3 {
+                    vec!["lora".into()]
+                } else {
+                    Vec::new()
+                },
                 kind: EngineKind::Vllm,
                 schedulable: true,
             })
@@ -522,5 +527,13 @@ mod tests {
         };
         let refused = remote.schedule(&follow_up).await.unwrap_err();
         assert_eq!(refused.status, 503);
+        // An adapter's requests only where it is loaded.
+        for _ in 0..4 {
+            let lora = ScheduleRequest {
+                model: "lora".into(),
+                ..ask(None)
+            };
+            assert_eq!(remote.schedule(&lora).await.unwrap().instance_id, "i3");
+        }
     }
 }
