@@ -170,6 +170,14 @@ pub struct EngineArgs {
     /// Largest request body, in bytes (413 above).
     #[arg(long, env = "SWITCHYARD_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// Responses (`/v1/responses` with `store`) an instance keeps for retrieval and follow-ups;
+    /// past it the oldest are forgotten (a follow-up naming one gets a 404).
+    #[arg(
+        long,
+        env = "SWITCHYARD_MAX_STORED_RESPONSES",
+        default_value_t = 10_000
+    )]
+    pub max_stored_responses: usize,
     /// Seconds to let running requests finish after SIGTERM.
     #[arg(long, env = "SWITCHYARD_DRAIN_TIMEOUT", default_value = "30")]
     pub drain_timeout: SecondsOrZero,
@@ -293,6 +301,7 @@ impl EngineArgs {
                         vocab_size: model.vocab_size.max(tokenizer.vocab_size()),
                         block_size: self.block_size,
                         max_body_bytes: self.max_body_bytes,
+                        max_stored_responses: self.max_stored_responses,
                         role: self.role,
                     },
                     core,

@@ -104,7 +104,7 @@ impl Engine {
             .await
             .unwrap();
         text.split("\n\n")
-            .filter_map(|e| e.strip_prefix("data: "))
+            .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
             .map(str::to_string)
             .collect()
     }
@@ -549,11 +549,13 @@ async fn bad_input_gets_openai_errors() {
     assert_eq!(status, 404);
     let message = err["error"]["message"].as_str().unwrap();
     assert!(message.contains("vLLM or SGLang"), "{message}");
-    // So does the Responses API.
-    let (status, err) = e.post("/v1/responses", json!({"input": "x"})).await;
+    // So does Anthropic's Messages API.
+    let (status, err) = e
+        .post("/v1/messages", json!({"max_tokens": 1, "messages": []}))
+        .await;
     assert_eq!(status, 404);
     let message = err["error"]["message"].as_str().unwrap();
-    assert!(message.contains("Responses API"), "{message}");
+    assert!(message.contains("Messages API"), "{message}");
     let r = e
         .client
         .post(format!("{}/v1/completions", e.base))
@@ -888,4 +890,184 @@ async fn sglang_generate_refuses_what_it_cannot_do_by_name() {
     }
     let metrics = e.metrics().await;
     assert_eq!(metric(&metrics, "vllm:request_success_total"), 0.0);
+}
+
+#[tokio::test]
+async fn the_responses_api_answers_keeps_and_continues_conversations() {
+    let e = start(&[]).await;
+    let ask = "Name a colour.";
+    let (_, chat) = e
+        .post("/v1/chat/completions", json!({"messages": [{"role": "system", "content": "Be brief."},
+            {"role": "user", "content": ask}], "max_tokens": 6, "ignore_eos": true, "temperature": 0}))
+        .await;
+    let (status, first) = e
+        .post(
+            "/v1/responses",
+            json!({"input": ask, "instructions": "Be brief.",
+            "max_output_tokens": 6, "temperature": 0, "metadata": {"k": "v"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["object"], "response");
+    let id = first["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("resp_"), "{first}");
+    let text = &first["output"][0]["content"][0]["text"];
+    assert_eq!(first["output"][0]["type"], "message");
+    assert_eq!(first["output"][0]["content"][0]["type"], "output_text");
+    // The chat completion's tokens: the same template and sampling (unless an end-of-sequence
+    // token came first, which ignore_eos rules out for the chat run only).
+    let chat_text = chat["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(
+        chat_text.starts_with(text.as_str().unwrap()),
+        "{chat_text:?} {text}"
+    );
+    assert_eq!(
+        first["usage"]["input_tokens"],
+        chat["usage"]["prompt_tokens"]
+    );
+    assert_eq!(first["metadata"], json!({"k": "v"}));
+    assert!(["completed", "incomplete"].contains(&first["status"].as_str().unwrap()));
+
+    // Kept: retrieved, and continued by a follow-up, which sees the whole conversation.
+    let got: Value = e
+        .client
+        .get(format!("{}/v1/responses/{id}", e.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got, first);
+    let (status, next) = e
+        .post("/v1/responses", json!({"input": [{"role": "user", "content": [{"type": "input_text", "text": "Another."}]}],
+            "previous_response_id": id, "max_output_tokens": 4}))
+        .await;
+    assert_eq!(status, 200, "{next}");
+    let before = first["usage"]["input_tokens"].as_u64().unwrap()
+        + first["usage"]["output_tokens"].as_u64().unwrap();
+    assert!(
+        next["usage"]["input_tokens"].as_u64().unwrap() > before - 8,
+        "{next}"
+    );
+    assert_eq!(next["previous_response_id"], id.as_str());
+    let (status, cancel) = e
+        .post(&format!("/v1/responses/{id}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 400, "{cancel}");
+
+    // Not kept when asked; unknown ids are 404s.
+    let (_, unkept) = e
+        .post(
+            "/v1/responses",
+            json!({"input": "x", "store": false, "max_output_tokens": 2}),
+        )
+        .await;
+    let unkept_id = unkept["id"].as_str().unwrap();
+    for path in [
+        format!("/v1/responses/{unkept_id}"),
+        "/v1/responses/resp_nope".to_string(),
+    ] {
+        let status = e
+            .client
+            .get(format!("{}{path}", e.base))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 404, "{path}");
+    }
+    let (status, _) = e
+        .post(
+            "/v1/responses",
+            json!({"input": "x", "previous_response_id": unkept_id}),
+        )
+        .await;
+    assert_eq!(status, 404);
+
+    // A stream: the API's events in order, the text as the whole answer's.
+    let events = e
+        .stream(
+            "/v1/responses",
+            json!({"input": ask, "instructions": "Be brief.",
+            "max_output_tokens": 6, "temperature": 0, "stream": true}),
+        )
+        .await;
+    let events: Vec<Value> = events
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds[..4],
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added"
+        ]
+    );
+    let last = kinds.last().unwrap();
+    assert!(
+        *last == "response.completed" || *last == "response.incomplete",
+        "{kinds:?}"
+    );
+    let deltas: String = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas, text.as_str().unwrap());
+    let numbers: Vec<u64> = events
+        .iter()
+        .map(|e| e["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, (0..events.len() as u64).collect::<Vec<_>>());
+    let streamed_id = events[0]["response"]["id"].as_str().unwrap();
+    let kept = e
+        .client
+        .get(format!("{}/v1/responses/{streamed_id}", e.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(kept.status(), 200);
+}
+
+#[tokio::test]
+async fn the_responses_api_refuses_what_needs_tools_background_or_images() {
+    let e = start(&[]).await;
+    for (body, param) in [
+        (
+            json!({"input": "x", "tools": [{"type": "function", "name": "f", "parameters": {}}]}),
+            "tools",
+        ),
+        (json!({"input": "x", "background": true}), "background"),
+        (
+            json!({"input": "x", "text": {"format": {"type": "json_object"}}}),
+            "text",
+        ),
+        (
+            json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}),
+            "input",
+        ),
+        (
+            json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}),
+            "input",
+        ),
+        (json!({"input": 7}), "input"),
+        (
+            json!({"input": "x", "max_output_tokens": 0}),
+            "max_output_tokens",
+        ),
+    ] {
+        let (status, answer) = e.post("/v1/responses", body.clone()).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert_eq!(answer["error"]["param"], param, "{body}: {answer}");
+    }
+    // Settings at their defaults are no request for anything.
+    let plain = json!({"input": "x", "max_output_tokens": 2, "tools": [], "tool_choice": "auto",
+        "background": false, "text": {"format": {"type": "text"}}, "truncation": "disabled",
+        "parallel_tool_calls": true, "user": "u", "reasoning": null, "include": []});
+    let (status, answer) = e.post("/v1/responses", plain).await;
+    assert_eq!(status, 200, "{answer}");
 }

@@ -728,3 +728,77 @@ async fn sglangs_generate_is_served_through_the_endpoint_where_its_prefix_is_cac
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn the_responses_api_is_served_and_a_follow_up_finds_its_engine() {
+    let serve = Process::serve(
+        2,
+        &[
+            "--backend",
+            "sim",
+            "--sim-time-scale",
+            "100",
+            "--policy",
+            "round-robin",
+        ],
+    )
+    .await;
+    let base = serve.url(0);
+    let client = reqwest::Client::new();
+    until_completing(&base).await;
+    let create = |body: Value| {
+        let client = client.clone();
+        let base = base.clone();
+        async move {
+            let r = client
+                .post(format!("{base}/v1/responses"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let instance = r.headers()["x-switchyard-instance"]
+                .to_str()
+                .unwrap()
+                .to_string();
+            (r.status().as_u16(), instance, r.text().await.unwrap())
+        }
+    };
+    // Round-robin would alternate; every follow-up goes where its conversation is kept.
+    let (status, home, text) = create(json!({"input": "Hello", "max_output_tokens": 3})).await;
+    assert_eq!(status, 200, "{text}");
+    let mut id = serde_json::from_str::<Value>(&text).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for turn in 0..4 {
+        let body = json!({"input": format!("turn {turn}"), "previous_response_id": id,
+            "max_output_tokens": 3, "stream": turn % 2 == 1});
+        let (status, instance, text) = create(body).await;
+        assert_eq!(status, 200, "{text}");
+        assert_eq!(instance, home, "turn {turn}");
+        id = match turn % 2 {
+            1 => {
+                let created = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+                serde_json::from_str::<Value>(created).unwrap()["response"]["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            }
+            _ => serde_json::from_str::<Value>(&text).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        };
+    }
+    // Retrieved through the endpoint, from the engine that keeps it.
+    let got = client
+        .get(format!("{base}/v1/responses/{id}"))
+        .send()
+        .await
+        .unwrap();
+    let status = got.status();
+    let got: Value = got.json().await.unwrap();
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["id"], id.as_str());
+    assert!(got["usage"]["input_tokens"].as_u64().unwrap() > 20, "{got}");
+}

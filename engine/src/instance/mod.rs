@@ -3,6 +3,7 @@
 //! Its side of live migration is in `moves`.
 
 mod moves;
+pub mod stored_responses;
 
 pub use moves::{Attached, Exported, MoveFailure, Picked, Suspend, INCOMING_TIMEOUT, MAX_INCOMING};
 
@@ -55,6 +56,8 @@ pub struct InstanceInfo {
     pub block_size: usize,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Stored responses kept (`/v1/responses`), the oldest forgotten past it.
+    pub max_stored_responses: usize,
     /// Role in prefill/decode disaggregation.
     pub role: switchyard_protocol::schedule::InferStage,
 }
@@ -135,6 +138,8 @@ pub struct Instance {
     pub(crate) mover: crate::mover::Mover,
     /// The key its live-migration endpoints require, if any.
     pub(crate) admin_key: Option<Secret>,
+    /// The responses it keeps (`/v1/responses`), shared by every router serving it.
+    pub stored_responses: stored_responses::StoredResponses,
     commands: mpsc::UnboundedSender<Command>,
     status: broadcast::Sender<Arc<EngineStatus>>,
     latest_status: watch::Receiver<Arc<EngineStatus>>,
@@ -179,6 +184,9 @@ impl Instance {
             kv_bytes_travel: parts.backend.modeled_kv_link().is_none(),
             mover: crate::mover::Mover::new(parts.admin_key.clone()),
             admin_key: parts.admin_key,
+            stored_responses: stored_responses::StoredResponses::new(
+                parts.info.max_stored_responses,
+            ),
             commands,
             status: status.clone(),
             latest_status,

@@ -1,6 +1,6 @@
-//! The engine's HTTP server: the OpenAI API, vLLM's extras, SGLang's `/generate`, health,
-//! metrics, the state and KV event streams the scheduler subscribes to, and live migration
-//! between engines.
+//! The engine's HTTP server: the OpenAI API (with the Responses API), vLLM's extras, SGLang's
+//! `/generate`, health, metrics, the state and KV event streams the scheduler subscribes to, and
+//! live migration between engines.
 
 mod chat;
 mod completions;
@@ -9,6 +9,7 @@ mod generate;
 mod generation;
 mod migration;
 mod params;
+mod responses;
 mod sse;
 mod streams;
 
@@ -34,6 +35,9 @@ pub fn router(instance: Arc<Instance>) -> Router {
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/generate", post(generate::generate))
+        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/{id}", get(responses::retrieve))
+        .route("/v1/responses/{id}/cancel", post(responses::cancel))
         .route("/v1/models", get(models))
         .route(MODEL_DESCRIPTION_PATH, get(model_description))
         .route("/tokenize", post(tokenize))
@@ -220,9 +224,6 @@ async fn not_found(req: Request) -> HttpError {
     let why = if POOLING_ROUTES.contains(&path) {
         " This engine generates text (completions and chat); serve embedding, reranking and \
          scoring models with vLLM or SGLang behind switchyard."
-    } else if path.starts_with("/v1/responses") {
-        " This engine serves completions and chat; the Responses API (stored responses) is \
-         served by vLLM or SGLang behind switchyard."
     } else if path.starts_with("/v1/messages") {
         " This engine serves completions and chat; Anthropic's Messages API is served by vLLM \
          or SGLang behind switchyard."
