@@ -1,7 +1,7 @@
 //! The OpenAI Python SDK against a `switchyard engine` process, and against the separate-process
 //! quick start (engines, scheduler, and a gateway given no model flag, which learns the model
 //! from the engines), and against a disaggregated `serve`: chat and completions, streamed and
-//! not, models, and an error.
+//! not, models, an error, and the Responses API (a follow-up, a retrieval, a stream).
 
 use std::process::Command;
 use switchyard_tests::{python_has, Process};
@@ -36,6 +36,17 @@ try:
     raise SystemExit("expected a 404")
 except NotFoundError as e:
     assert e.body["code"] == "model_not_found", e.body
+r = c.responses.create(model="qwen3-0.6b", input="Hi", instructions="Be brief.", max_output_tokens=6)
+assert r.output_text and r.usage.output_tokens <= 6, r
+again = c.responses.create(model="qwen3-0.6b", input="More", previous_response_id=r.id,
+                           max_output_tokens=4)
+assert again.previous_response_id == r.id and again.usage.input_tokens > r.usage.input_tokens, again
+assert c.responses.retrieve(r.id).id == r.id
+events = list(c.responses.create(model="qwen3-0.6b", input="Hi", max_output_tokens=6, stream=True))
+assert events[0].type == "response.created", events[0]
+assert events[-1].type in ("response.completed", "response.incomplete"), events[-1]
+streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+assert streamed == events[-1].response.output_text, (streamed, events[-1])
 print("ok")
 "#;
 
