@@ -549,13 +549,6 @@ async fn bad_input_gets_openai_errors() {
     assert_eq!(status, 404);
     let message = err["error"]["message"].as_str().unwrap();
     assert!(message.contains("vLLM or SGLang"), "{message}");
-    // So does Anthropic's Messages API.
-    let (status, err) = e
-        .post("/v1/messages", json!({"max_tokens": 1, "messages": []}))
-        .await;
-    assert_eq!(status, 404);
-    let message = err["error"]["message"].as_str().unwrap();
-    assert!(message.contains("Messages API"), "{message}");
     let r = e
         .client
         .post(format!("{}/v1/completions", e.base))
@@ -1070,4 +1063,92 @@ async fn the_responses_api_refuses_what_needs_tools_background_or_images() {
         "parallel_tool_calls": true, "user": "u", "reasoning": null, "include": []});
     let (status, answer) = e.post("/v1/responses", plain).await;
     assert_eq!(status, 200, "{answer}");
+}
+
+#[tokio::test]
+async fn anthropics_messages_api_answers_as_the_same_chat_would() {
+    let e = start(&[]).await;
+    let (_, chat) = e
+        .post(
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0}),
+        )
+        .await;
+    let ask = json!({"model": "qwen3-0.6b", "max_tokens": 6, "temperature": 0,
+        "system": [{"type": "text", "text": "Be brief."}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+        "metadata": {"user_id": "u"}});
+    let (status, answer) = e.post("/v1/messages", ask.clone()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["type"], "message");
+    assert_eq!(answer["role"], "assistant");
+    assert_eq!(answer["content"][0]["type"], "text");
+    let text = answer["content"][0]["text"].as_str().unwrap();
+    assert_eq!(
+        text,
+        chat["choices"][0]["message"]["content"].as_str().unwrap()
+    );
+    assert_eq!(
+        answer["usage"]["input_tokens"],
+        chat["usage"]["prompt_tokens"]
+    );
+    let stop = match chat["choices"][0]["finish_reason"].as_str().unwrap() {
+        "length" => "max_tokens",
+        _ => "end_turn",
+    };
+    assert_eq!(answer["stop_reason"], stop);
+    let (status, counted) = e.post("/v1/messages/count_tokens", ask.clone()).await;
+    assert_eq!(status, 200, "{counted}");
+    assert_eq!(counted["input_tokens"], answer["usage"]["input_tokens"]);
+
+    // A stream: the API's events in order, the text as the whole answer's.
+    let mut streamed = ask.clone();
+    streamed["stream"] = json!(true);
+    let events = e.stream("/v1/messages", streamed).await;
+    let events: Vec<Value> = events
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds[..2], ["message_start", "content_block_start"]);
+    assert_eq!(
+        kinds[kinds.len() - 3..],
+        ["content_block_stop", "message_delta", "message_stop"]
+    );
+    let deltas: String = events
+        .iter()
+        .filter(|e| e["type"] == "content_block_delta")
+        .map(|e| e["delta"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas, text);
+    assert_eq!(events[kinds.len() - 2]["delta"]["stop_reason"], stop);
+
+    // What needs tools, thinking or other blocks is refused by name; so is what a server refuses.
+    let hi = json!([{"role": "user", "content": "Hi"}]);
+    for (body, param) in [
+        (
+            json!({"max_tokens": 8, "messages": hi, "tools": [{"name": "ls", "input_schema": {}}]}),
+            "tools",
+        ),
+        (
+            json!({"max_tokens": 8, "messages": hi, "thinking": {"type": "enabled", "budget_tokens": 9}}),
+            "thinking",
+        ),
+        (
+            json!({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image",
+            "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}]}]}),
+            "messages",
+        ),
+        (
+            json!({"max_tokens": 8, "messages": [{"role": "system", "content": "x"}]}),
+            "messages",
+        ),
+        (json!({"messages": hi}), "max_tokens"),
+        (json!({"max_tokens": 8, "messages": []}), "messages"),
+    ] {
+        let (status, answer) = e.post("/v1/messages", body.clone()).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert_eq!(answer["error"]["param"], param, "{body}: {answer}");
+    }
 }

@@ -1,11 +1,16 @@
-//! Anthropic's Messages API (`POST /v1/messages` and `/v1/messages/count_tokens`, as vLLM and
-//! SGLang serve it), as far as a router reads it: the model, the conversation whose size places
-//! the request, the answer's length, and the user it is for. The rest (tools, thinking, images)
-//! goes to the engine as the client sent it.
+//! Anthropic's Messages API (`POST /v1/messages` and `/v1/messages/count_tokens`, as vLLM,
+//! SGLang and switchyard's engine serve it): what a router reads (the model, the conversation
+//! whose size places the request, the answer's length, and the user it is for), and the chat
+//! request a conversation of text amounts to. The rest (tools, thinking, images) goes to the
+//! engine as the client sent it.
 
-use crate::openai::{string_bytes, ApiError};
+use crate::openai::{
+    string_bytes, ApiError, ChatCompletionRequest, ChatMessage, MessageContent, SamplingFields,
+    Stop,
+};
 use serde::Deserialize;
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 /// A Messages API request (or a token count of one).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -28,6 +33,24 @@ pub struct MessagesRequest {
     /// Metadata: `user_id` names who the request is for.
     #[serde(default)]
     pub metadata: Option<Value>,
+    /// Softmax temperature.
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling.
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    /// Top-k sampling.
+    #[serde(default)]
+    pub top_k: Option<i64>,
+    /// Texts that end the answer.
+    #[serde(default)]
+    pub stop_sequences: Option<Vec<String>>,
+    /// Whether the answer streams (the API's events).
+    #[serde(default)]
+    pub stream: Option<bool>,
+    /// Every other field, as the client wrote it (`tool_choice`, `thinking`, ...).
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 impl MessagesRequest {
@@ -82,10 +105,112 @@ impl MessagesRequest {
         .sum()
     }
 
+    /// The first field the request sets that an engine with no tool-call parser or extended
+    /// thinking cannot heed (`tools`, `tool_choice`, `thinking`, ...), if any.
+    pub fn unheeded(&self) -> Option<&str> {
+        if self
+            .tools
+            .as_ref()
+            .is_some_and(|t| t.as_array().is_none_or(|l| !l.is_empty()))
+        {
+            return Some("tools");
+        }
+        let asked = |name: &str, value: &Value| match (name, value) {
+            (_, Value::Null) => false,
+            ("thinking", v) => v.get("type").and_then(Value::as_str) != Some("disabled"),
+            ("tool_choice", v) => v.get("type").and_then(Value::as_str) != Some("none"),
+            ("service_tier" | "container" | "mcp_servers", _) => false,
+            _ => true,
+        };
+        self.other
+            .iter()
+            .find(|(name, value)| asked(name, value))
+            .map(|(name, _)| name.as_str())
+    }
+
+    /// The chat request a conversation of text amounts to: the system prompt first, then each
+    /// message's text (a text, or text blocks joined); other blocks (images, documents, tool
+    /// uses and their results, thinking) refused.
+    pub fn to_chat(&self) -> Result<ChatCompletionRequest, ApiError> {
+        let message = |role: &str, text: String| ChatMessage {
+            role: role.to_string(),
+            content: Some(MessageContent::Text(text)),
+            name: None,
+            tool_calls: None,
+            tool_call_id: None,
+        };
+        let mut messages = Vec::new();
+        if let Some(system) = self.system.as_ref().filter(|s| !s.is_null()) {
+            messages.push(message("system", text_of(system, "system")?));
+        }
+        for m in self.messages.as_array().into_iter().flatten() {
+            let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
+            if !matches!(role, "user" | "assistant") {
+                return Err(ApiError::invalid_param(
+                    "messages",
+                    format!("A message's `role` must be user or assistant, got `{role}`."),
+                ));
+            }
+            let content = m.get("content").unwrap_or(&Value::Null);
+            messages.push(message(role, text_of(content, "messages")?));
+        }
+        Ok(ChatCompletionRequest {
+            model: self.model.clone(),
+            messages,
+            max_tokens: self.max_tokens,
+            max_completion_tokens: None,
+            logprobs: None,
+            top_logprobs: None,
+            tools: None,
+            tool_choice: None,
+            response_format: None,
+            add_generation_prompt: None,
+            continue_final_message: None,
+            chat_template_kwargs: None,
+            prompt_token_ids: None,
+            sampling: SamplingFields {
+                temperature: self.temperature,
+                top_p: self.top_p,
+                top_k: self.top_k,
+                stop: self.stop_sequences.clone().map(Stop::Many),
+                stream: self.stream,
+                ..SamplingFields::default()
+            },
+        })
+    }
+
     /// The user the request is for (`metadata.user_id`), if it names one: agents such as
     /// Claude Code put their session in it.
     pub fn user(&self) -> Option<&str> {
         self.metadata.as_ref()?.get("user_id")?.as_str()
+    }
+}
+
+/// The text of `content` (in field `field`): a text, or text blocks joined.
+fn text_of(content: &Value, field: &str) -> Result<String, ApiError> {
+    match content {
+        Value::String(text) => Ok(text.clone()),
+        Value::Array(blocks) => blocks
+            .iter()
+            .map(
+                |b| match (b.get("type").and_then(Value::as_str), b.get("text")) {
+                    (Some("text"), Some(Value::String(text))) => Ok(text.as_str()),
+                    (kind, _) => Err(ApiError::invalid_param(
+                        field,
+                        format!(
+                            "Content blocks of type `{}` are not supported by switchyard's engine \
+                         (only text; vLLM serves the others).",
+                            kind.unwrap_or("?")
+                        ),
+                    )),
+                },
+            )
+            .collect::<Result<Vec<_>, _>>()
+            .map(|texts| texts.concat()),
+        _ => Err(ApiError::invalid_param(
+            field,
+            format!("`{field}` content must be a text or a list of content blocks."),
+        )),
     }
 }
 
@@ -132,6 +257,46 @@ mod tests {
         assert_eq!(r.text_bytes(), text);
         assert_eq!(r.check(true), Ok(64));
         assert_eq!(r.user(), Some("user_1_session_abc"));
+    }
+
+    #[test]
+    fn a_conversation_of_text_reads_as_its_chat_and_the_rest_is_named() {
+        let r = request(
+            json!({"model": "m", "max_tokens": 8, "system": [{"type": "text", "text": "be brief"}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                         {"role": "assistant", "content": "c"}],
+            "stop_sequences": ["x"], "temperature": 0.5, "tool_choice": {"type": "none"}}),
+        );
+        assert_eq!(r.unheeded(), None);
+        let chat = r.to_chat().unwrap();
+        let texts: Vec<(&str, &MessageContent)> = chat
+            .messages
+            .iter()
+            .map(|m| (m.role.as_str(), m.content.as_ref().unwrap()))
+            .collect();
+        assert_eq!(
+            texts,
+            [
+                ("system", &MessageContent::Text("be brief".into())),
+                ("user", &MessageContent::Text("ab".into())),
+                ("assistant", &MessageContent::Text("c".into())),
+            ]
+        );
+        assert_eq!(chat.max_tokens, Some(8));
+        assert_eq!(chat.sampling.stop, Some(Stop::Many(vec!["x".into()])));
+        let image = request(
+            json!({"max_tokens": 8, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "data": "AA"}}]}]}),
+        );
+        assert_eq!(
+            image.to_chat().unwrap_err().body.error.param.as_deref(),
+            Some("messages")
+        );
+        let tools = request(json!({"max_tokens": 8, "messages": [], "tools": [{"name": "ls"}]}));
+        assert_eq!(tools.unheeded(), Some("tools"));
+        let thinking = request(json!({"max_tokens": 8, "messages": [],
+            "thinking": {"type": "enabled", "budget_tokens": 10}}));
+        assert_eq!(thinking.unheeded(), Some("thinking"));
     }
 
     #[test]

@@ -802,3 +802,66 @@ async fn the_responses_api_is_served_and_a_follow_up_finds_its_engine() {
     assert_eq!(got["id"], id.as_str());
     assert!(got["usage"]["input_tokens"].as_u64().unwrap() > 20, "{got}");
 }
+
+#[tokio::test]
+async fn anthropics_messages_are_served_where_their_conversation_is_cached() {
+    let serve = Process::serve(2, &["--backend", "sim", "--sim-time-scale", "100"]).await;
+    let base = serve.url(0);
+    let client = reqwest::Client::new();
+    until_completing(&base).await;
+    let system = (0..150)
+        .map(|i| format!("rule{i}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut messages = vec![json!({"role": "user", "content": "Hello"})];
+    let mut home = None;
+    for turn in 0..3 {
+        let body = json!({"model": "qwen3-0.6b", "max_tokens": 4, "system": system,
+            "messages": messages, "stream": turn == 1});
+        let r = client
+            .post(format!("{base}/v1/messages"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let instance = r.headers()["x-switchyard-instance"].clone();
+        assert_eq!(
+            home.get_or_insert(instance.clone()),
+            &instance,
+            "turn {turn}"
+        );
+        let text = r.text().await.unwrap();
+        let (answer, cached) = match turn {
+            1 => {
+                let events: Vec<Value> = text
+                    .split("\n\n")
+                    .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+                    .map(|d| serde_json::from_str(d).unwrap())
+                    .collect();
+                let answer: String = events
+                    .iter()
+                    .filter(|e| e["type"] == "content_block_delta")
+                    .map(|e| e["delta"]["text"].as_str().unwrap())
+                    .collect();
+                (answer, None)
+            }
+            _ => {
+                let whole: Value = serde_json::from_str(&text).unwrap();
+                let cached = whole["usage"]["cache_read_input_tokens"].as_u64();
+                (
+                    whole["content"][0]["text"].as_str().unwrap().to_string(),
+                    cached,
+                )
+            }
+        };
+        if turn == 2 {
+            assert!(
+                cached.unwrap() > 150,
+                "the conversation so far was cached: {text}"
+            );
+        }
+        messages.push(json!({"role": "assistant", "content": answer}));
+        messages.push(json!({"role": "user", "content": format!("turn {turn}")}));
+    }
+}

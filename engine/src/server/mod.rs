@@ -1,12 +1,13 @@
 //! The engine's HTTP server: the OpenAI API (with the Responses API), vLLM's extras, SGLang's
-//! `/generate`, health, metrics, the state and KV event streams the scheduler subscribes to, and
-//! live migration between engines.
+//! `/generate`, Anthropic's Messages API, health, metrics, the state and KV event streams the
+//! scheduler subscribes to, and live migration between engines.
 
 mod chat;
 mod completions;
 pub mod errors;
 mod generate;
 mod generation;
+mod messages;
 mod migration;
 mod params;
 mod responses;
@@ -38,6 +39,8 @@ pub fn router(instance: Arc<Instance>) -> Router {
         .route("/v1/responses", post(responses::create))
         .route("/v1/responses/{id}", get(responses::retrieve))
         .route("/v1/responses/{id}/cancel", post(responses::cancel))
+        .route("/v1/messages", post(messages::create))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/v1/models", get(models))
         .route(MODEL_DESCRIPTION_PATH, get(model_description))
         .route("/tokenize", post(tokenize))
@@ -224,9 +227,6 @@ async fn not_found(req: Request) -> HttpError {
     let why = if POOLING_ROUTES.contains(&path) {
         " This engine generates text (completions and chat); serve embedding, reranking and \
          scoring models with vLLM or SGLang behind switchyard."
-    } else if path.starts_with("/v1/messages") {
-        " This engine serves completions and chat; Anthropic's Messages API is served by vLLM \
-         or SGLang behind switchyard."
     } else {
         ""
     };

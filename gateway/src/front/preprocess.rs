@@ -75,7 +75,7 @@ pub async fn prepare_off_worker(
 }
 
 /// Checks that a prompt and the tokens asked of it fit the model's length, where it is known.
-fn check_length(
+pub(crate) fn check_length(
     model: &ServedModel,
     prompt: usize,
     max_tokens: Option<u32>,

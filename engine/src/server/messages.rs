@@ -1,0 +1,157 @@
+//! Anthropic's Messages API, as vLLM serves it: `POST /v1/messages` renders a conversation of
+//! text (the system prompt, then the messages) with the chat template as the same chat would
+//! be, and answers one text block, whole or as the API's stream of events (`message_start` ...
+//! `content_block_delta` ... `message_stop`); `POST /v1/messages/count_tokens` counts its prompt.
+//! Tools, extended thinking and blocks other than text (images, documents) are refused, naming
+//! the field.
+
+use super::errors::{HttpError, OpenAiJson};
+use super::generation::{Generation, Moves};
+use super::params::GenerationParams;
+use super::{check_model, RequestId};
+use crate::instance::Instance;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use switchyard_protocol::anthropic::MessagesRequest;
+use switchyard_protocol::openai::*;
+use switchyard_text::chat_prompt::chat_prompt;
+
+/// `POST /v1/messages`.
+pub async fn create(
+    State(instance): State<Arc<Instance>>,
+    RequestId(request_id): RequestId,
+    OpenAiJson(req): OpenAiJson<MessagesRequest>,
+) -> Result<Response, HttpError> {
+    req.check(true)?;
+    let (model, chat, prompt) = rendered(&instance, &req)?;
+    let tok = instance.tokenizer.clone();
+    let defaults = instance.generation_defaults.sampling();
+    let checked = check_chat(&chat, instance.info.vocab_size, &defaults)?;
+    let params = GenerationParams::from_checked(checked, &chat.sampling, tok.eos_token_ids());
+    let max = settle_max_tokens(
+        prompt.len(),
+        params.max_tokens,
+        None,
+        instance.info.max_model_len,
+    )?;
+    if instance.is_draining() {
+        return Err(ApiError::unavailable("The engine is shutting down.").into());
+    }
+    let mut generation = Generation::start(
+        &instance,
+        &request_id,
+        vec![(prompt, max)],
+        &params,
+        false,
+        Moves::Stay,
+    )
+    .await?;
+    let id = format!("msg_{request_id}");
+    if !params.stream {
+        let choice = generation.collect().await.pop();
+        let (text, finish) = choice.map_or((String::new(), None), |c| (c.text, c.finish));
+        let usage = generation.usage();
+        let (stop_reason, stop_sequence) = stop_of(finish);
+        return Ok(
+            Json(json!({"id": id, "type": "message", "role": "assistant",
+            "model": model, "content": [{"type": "text", "text": text}],
+            "stop_reason": stop_reason, "stop_sequence": stop_sequence,
+            "usage": usage_of(&usage)}))
+            .into_response(),
+        );
+    }
+    let input_tokens = generation.usage().prompt_tokens;
+    let stream = async_stream::stream! {
+        yield event("message_start", json!({"message": {"id": id, "type": "message",
+            "role": "assistant", "model": model, "content": [], "stop_reason": null,
+            "stop_sequence": null, "usage": {"input_tokens": input_tokens, "output_tokens": 0}}}));
+        yield event("content_block_start", json!({"index": 0, "content_block": {"type": "text", "text": ""}}));
+        let mut finish = None;
+        while let Some(update) = generation.next().await {
+            if !update.text.is_empty() {
+                yield event("content_block_delta", json!({"index": 0, "delta": {"type": "text_delta", "text": update.text}}));
+            }
+            if update.finish.is_some() {
+                finish = update.finish;
+            }
+        }
+        yield event("content_block_stop", json!({"index": 0}));
+        let (stop_reason, stop_sequence) = stop_of(finish);
+        let usage = generation.usage();
+        yield event("message_delta", json!({"delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+            "usage": {"output_tokens": usage.completion_tokens}}));
+        yield event("message_stop", json!({}));
+    };
+    let mut response = Response::new(Body::from_stream(stream));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(response)
+}
+
+/// `POST /v1/messages/count_tokens`: the tokens of the rendered conversation.
+pub async fn count_tokens(
+    State(instance): State<Arc<Instance>>,
+    OpenAiJson(req): OpenAiJson<MessagesRequest>,
+) -> Result<Response, HttpError> {
+    req.check(false)?;
+    let (_, _, prompt) = rendered(&instance, &req)?;
+    Ok(Json(json!({"input_tokens": prompt.len()})).into_response())
+}
+
+/// The served model's name, the chat request `req` amounts to, and its rendered prompt.
+fn rendered(
+    instance: &Instance,
+    req: &MessagesRequest,
+) -> Result<(String, ChatCompletionRequest, Vec<u32>), ApiError> {
+    let model = check_model(instance, req.model.as_deref())?;
+    if let Some(name) = req.unheeded() {
+        return Err(ApiError::invalid_param(
+            name,
+            format!(
+                "`{name}` is not supported by switchyard's engine (no tool-call parser or \
+                 extended thinking; vLLM and SGLang serve it)."
+            ),
+        ));
+    }
+    let chat = req.to_chat()?;
+    let prompt = chat_prompt(
+        instance.chat_template.as_deref(),
+        &instance.tokenizer,
+        &chat,
+    )?;
+    Ok((model, chat, prompt))
+}
+
+/// Why an answer ended, as the Messages API says it: (`stop_reason`, `stop_sequence`).
+fn stop_of(finish: Option<(FinishReason, Option<StopReason>)>) -> (&'static str, Value) {
+    match finish {
+        Some((FinishReason::Length, _)) => ("max_tokens", Value::Null),
+        Some((FinishReason::Stop, Some(StopReason::Text(sequence)))) => {
+            ("stop_sequence", Value::String(sequence))
+        }
+        _ => ("end_turn", Value::Null),
+    }
+}
+
+/// The Messages API's usage of `usage`.
+fn usage_of(usage: &Usage) -> Value {
+    let cached = usage
+        .prompt_tokens_details
+        .as_ref()
+        .map_or(0, |d| d.cached_tokens);
+    json!({"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens,
+        "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0})
+}
+
+/// One event of the stream.
+fn event(kind: &str, mut fields: Value) -> Result<Bytes, std::convert::Infallible> {
+    fields["type"] = json!(kind);
+    Ok(Bytes::from(format!("event: {kind}\ndata: {fields}\n\n")))
+}
