@@ -5,8 +5,7 @@
 //! engine as the client sent it.
 
 use crate::openai::{
-    string_bytes, ApiError, ChatCompletionRequest, ChatMessage, MessageContent, SamplingFields,
-    Stop,
+    string_bytes, ApiError, ChatCompletionRequest, ChatMessage, SamplingFields, Stop,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -132,16 +131,9 @@ impl MessagesRequest {
     /// message's text (a text, or text blocks joined); other blocks (images, documents, tool
     /// uses and their results, thinking) refused.
     pub fn to_chat(&self) -> Result<ChatCompletionRequest, ApiError> {
-        let message = |role: &str, text: String| ChatMessage {
-            role: role.to_string(),
-            content: Some(MessageContent::Text(text)),
-            name: None,
-            tool_calls: None,
-            tool_call_id: None,
-        };
         let mut messages = Vec::new();
         if let Some(system) = self.system.as_ref().filter(|s| !s.is_null()) {
-            messages.push(message("system", text_of(system, "system")?));
+            messages.push(ChatMessage::text("system", text_of(system, "system")?));
         }
         for m in self.messages.as_array().into_iter().flatten() {
             let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
@@ -152,31 +144,22 @@ impl MessagesRequest {
                 ));
             }
             let content = m.get("content").unwrap_or(&Value::Null);
-            messages.push(message(role, text_of(content, "messages")?));
+            messages.push(ChatMessage::text(role, text_of(content, "messages")?));
         }
-        Ok(ChatCompletionRequest {
-            model: self.model.clone(),
+        let sampling = SamplingFields {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            stop: self.stop_sequences.clone().map(Stop::Many),
+            stream: self.stream,
+            ..SamplingFields::default()
+        };
+        Ok(ChatCompletionRequest::of_messages(
+            self.model.clone(),
             messages,
-            max_tokens: self.max_tokens,
-            max_completion_tokens: None,
-            logprobs: None,
-            top_logprobs: None,
-            tools: None,
-            tool_choice: None,
-            response_format: None,
-            add_generation_prompt: None,
-            continue_final_message: None,
-            chat_template_kwargs: None,
-            prompt_token_ids: None,
-            sampling: SamplingFields {
-                temperature: self.temperature,
-                top_p: self.top_p,
-                top_k: self.top_k,
-                stop: self.stop_sequences.clone().map(Stop::Many),
-                stream: self.stream,
-                ..SamplingFields::default()
-            },
-        })
+            self.max_tokens,
+            sampling,
+        ))
     }
 
     /// The user the request is for (`metadata.user_id`), if it names one: agents such as
@@ -217,6 +200,7 @@ fn text_of(content: &Value, field: &str) -> Result<String, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::openai::MessageContent;
     use serde_json::json;
 
     fn request(body: Value) -> MessagesRequest {

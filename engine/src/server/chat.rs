@@ -225,6 +225,35 @@ fn check_tool_choice(req: &ChatCompletionRequest) -> Result<(), ApiError> {
     ))
 }
 
+/// Starts the answer to `chat`, another API's request rendered as `prompt` (the Responses API,
+/// Anthropic's Messages API), as a chat completion's would be: its fields checked against the
+/// model's defaults, its length settled within the context, never moved.
+pub(super) async fn start_rendered(
+    instance: &Arc<Instance>,
+    request_id: &str,
+    chat: &ChatCompletionRequest,
+    prompt: Vec<u32>,
+) -> Result<(Generation, GenerationParams), ApiError> {
+    let defaults = instance.generation_defaults.sampling();
+    let checked = check_chat(chat, instance.info.vocab_size, &defaults)?;
+    let eos = instance.tokenizer.eos_token_ids();
+    let params = GenerationParams::from_checked(checked, &chat.sampling, eos);
+    let max = settle_max_tokens(
+        prompt.len(),
+        params.max_tokens,
+        None,
+        instance.info.max_model_len,
+    )?;
+    if instance.is_draining() {
+        return Err(ApiError::unavailable("The engine is shutting down."));
+    }
+    let prompts = vec![(prompt, max)];
+    let moves = super::generation::Moves::Stay;
+    let generation =
+        Generation::start(instance, request_id, prompts, &params, false, moves).await?;
+    Ok((generation, params))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,9 +5,8 @@
 //! Tools, extended thinking and blocks other than text (images, documents) are refused, naming
 //! the field.
 
+use super::chat::start_rendered;
 use super::errors::{HttpError, OpenAiJson};
-use super::generation::{Generation, Moves};
-use super::params::GenerationParams;
 use super::{check_model, RequestId};
 use crate::instance::Instance;
 use axum::body::{Body, Bytes};
@@ -30,28 +29,7 @@ pub async fn create(
 ) -> Result<Response, HttpError> {
     req.check(true)?;
     let (model, chat, prompt) = rendered(&instance, &req)?;
-    let tok = instance.tokenizer.clone();
-    let defaults = instance.generation_defaults.sampling();
-    let checked = check_chat(&chat, instance.info.vocab_size, &defaults)?;
-    let params = GenerationParams::from_checked(checked, &chat.sampling, tok.eos_token_ids());
-    let max = settle_max_tokens(
-        prompt.len(),
-        params.max_tokens,
-        None,
-        instance.info.max_model_len,
-    )?;
-    if instance.is_draining() {
-        return Err(ApiError::unavailable("The engine is shutting down.").into());
-    }
-    let mut generation = Generation::start(
-        &instance,
-        &request_id,
-        vec![(prompt, max)],
-        &params,
-        false,
-        Moves::Stay,
-    )
-    .await?;
+    let (mut generation, params) = start_rendered(&instance, &request_id, &chat, prompt).await?;
     let id = format!("msg_{request_id}");
     if !params.stream {
         let choice = generation.collect().await.pop();

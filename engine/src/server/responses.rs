@@ -6,9 +6,8 @@
 //! What needs a tool-call parser, background runs, structured output or images is refused,
 //! naming the field.
 
+use super::chat::start_rendered;
 use super::errors::{HttpError, OpenAiJson};
-use super::generation::{Generation, Moves};
-use super::params::GenerationParams;
 use super::{check_model, RequestId};
 use crate::instance::stored_responses::{Stored, StoredResponses};
 use crate::instance::Instance;
@@ -51,31 +50,14 @@ pub async fn create(
     };
     conversation.extend(req.input_messages()?);
     let chat = chat_request(&req, &conversation);
-    let tok = instance.tokenizer.clone();
-    let defaults = instance.generation_defaults.sampling();
-    let checked =
-        check_chat(&chat, instance.info.vocab_size, &defaults).map_err(in_responses_terms)?;
-    let params = GenerationParams::from_checked(checked, &chat.sampling, tok.eos_token_ids());
-    let prompt = chat_prompt(instance.chat_template.as_deref(), &tok, &chat)?;
-    let max = settle_max_tokens(
-        prompt.len(),
-        params.max_tokens,
-        None,
-        instance.info.max_model_len,
-    )
-    .map_err(in_responses_terms)?;
-    if instance.is_draining() {
-        return Err(ApiError::unavailable("The engine is shutting down.").into());
-    }
-    let mut generation = Generation::start(
-        &instance,
-        &request_id,
-        vec![(prompt, max)],
-        &params,
-        false,
-        Moves::Stay,
-    )
-    .await?;
+    let prompt = chat_prompt(
+        instance.chat_template.as_deref(),
+        &instance.tokenizer,
+        &chat,
+    )?;
+    let (mut generation, params) = start_rendered(&instance, &request_id, &chat, prompt)
+        .await
+        .map_err(in_responses_terms)?;
     let answer = Answer {
         id: format!("resp_{request_id}"),
         message_id: format!("msg_{request_id}"),
@@ -166,37 +148,21 @@ fn unknown(id: &str) -> HttpError {
 
 /// The chat request the conversation amounts to, after the request's instructions.
 fn chat_request(req: &ResponsesRequest, conversation: &[ChatMessage]) -> ChatCompletionRequest {
-    let instructions = req.instructions.as_ref().map(|text| ChatMessage {
-        role: "system".into(),
-        content: Some(MessageContent::Text(text.clone())),
-        name: None,
-        tool_calls: None,
-        tool_call_id: None,
-    });
-    ChatCompletionRequest {
-        model: None,
-        messages: instructions
-            .into_iter()
-            .chain(conversation.iter().cloned())
-            .collect(),
-        max_tokens: req.max_output_tokens,
-        max_completion_tokens: None,
-        logprobs: None,
-        top_logprobs: None,
-        tools: None,
-        tool_choice: None,
-        response_format: None,
-        add_generation_prompt: None,
-        continue_final_message: None,
-        chat_template_kwargs: None,
-        prompt_token_ids: None,
-        sampling: SamplingFields {
-            temperature: req.temperature,
-            top_p: req.top_p,
-            stream: req.stream,
-            ..SamplingFields::default()
-        },
-    }
+    let instructions = req
+        .instructions
+        .as_ref()
+        .map(|text| ChatMessage::text("system", text.clone()));
+    let messages = instructions
+        .into_iter()
+        .chain(conversation.iter().cloned())
+        .collect();
+    let sampling = SamplingFields {
+        temperature: req.temperature,
+        top_p: req.top_p,
+        stream: req.stream,
+        ..SamplingFields::default()
+    };
+    ChatCompletionRequest::of_messages(None, messages, req.max_output_tokens, sampling)
 }
 
 /// `e`, raised while checking the chat request a response amounts to, naming the Responses
@@ -288,13 +254,7 @@ impl Answer {
             return;
         }
         let mut conversation = conversation;
-        conversation.push(ChatMessage {
-            role: "assistant".into(),
-            content: Some(MessageContent::Text(text)),
-            name: None,
-            tool_calls: None,
-            tool_call_id: None,
-        });
+        conversation.push(ChatMessage::text("assistant", text));
         let stored = Stored {
             response: response.clone(),
             conversation,

@@ -46,6 +46,19 @@ pub struct ChatMessage {
     pub tool_call_id: Option<String>,
 }
 
+impl ChatMessage {
+    /// A message of `role` whose content is `text`.
+    pub fn text(role: &str, text: String) -> Self {
+        ChatMessage {
+            role: role.to_string(),
+            content: Some(MessageContent::Text(text)),
+            name: None,
+            tool_calls: None,
+            tool_call_id: None,
+        }
+    }
+}
+
 /// `response_format`: its type only (the schema of `json_schema` goes to the engine in the body
 /// as the client sent it).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -102,6 +115,34 @@ pub struct ChatCompletionRequest {
     /// Sampling, stopping and the vLLM extensions.
     #[serde(flatten)]
     pub sampling: SamplingFields,
+}
+
+impl ChatCompletionRequest {
+    /// A request of `messages` with `max_tokens` and `sampling`, every other field left out:
+    /// the chat another API's request amounts to (the Responses API, Anthropic's Messages API).
+    pub fn of_messages(
+        model: Option<String>,
+        messages: Vec<ChatMessage>,
+        max_tokens: Option<i64>,
+        sampling: SamplingFields,
+    ) -> Self {
+        ChatCompletionRequest {
+            model,
+            messages,
+            max_tokens,
+            max_completion_tokens: None,
+            logprobs: None,
+            top_logprobs: None,
+            tools: None,
+            tool_choice: None,
+            response_format: None,
+            add_generation_prompt: None,
+            continue_final_message: None,
+            chat_template_kwargs: None,
+            prompt_token_ids: None,
+            sampling,
+        }
+    }
 }
 
 /// A log-probability entry of the chat layout.

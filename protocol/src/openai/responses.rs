@@ -86,14 +86,11 @@ impl ResponsesRequest {
     /// and their outputs, reasoning) refused.
     pub fn input_messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
         let message = |role: &str, content: MessageContent| ChatMessage {
-            role: role.to_string(),
             content: Some(content),
-            name: None,
-            tool_calls: None,
-            tool_call_id: None,
+            ..ChatMessage::text(role, String::new())
         };
         match &self.input {
-            Value::String(text) => Ok(vec![message("user", MessageContent::Text(text.clone()))]),
+            Value::String(text) => Ok(vec![ChatMessage::text("user", text.clone())]),
             Value::Array(items) => items
                 .iter()
                 .map(|item| {
