@@ -5,7 +5,8 @@
 //! engine as the client sent it.
 
 use crate::openai::{
-    string_bytes, ApiError, ChatCompletionRequest, ChatMessage, SamplingFields, Stop,
+    string_bytes, ApiError, ChatCompletionRequest, ChatMessage, ContentPart, MessageContent,
+    SamplingFields, Stop,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -143,8 +144,14 @@ impl MessagesRequest {
                     format!("A message's `role` must be user or assistant, got `{role}`."),
                 ));
             }
-            let content = m.get("content").unwrap_or(&Value::Null);
-            messages.push(ChatMessage::text(role, text_of(content, "messages")?));
+            let content = match m.get("content").unwrap_or(&Value::Null) {
+                Value::Array(blocks) => MessageContent::Parts(text_parts(blocks, "messages")?),
+                other => MessageContent::Text(text_of(other, "messages")?),
+            };
+            messages.push(ChatMessage {
+                content: Some(content),
+                ..ChatMessage::text(role, String::new())
+            });
         }
         let sampling = SamplingFields {
             temperature: self.temperature,
@@ -169,27 +176,15 @@ impl MessagesRequest {
     }
 }
 
-/// The text of `content` (in field `field`): a text, or text blocks joined.
+/// The text of `content` (in field `field`): a text, or text blocks joined with nothing
+/// between them (as vLLM joins a system prompt's blocks).
 fn text_of(content: &Value, field: &str) -> Result<String, ApiError> {
     match content {
         Value::String(text) => Ok(text.clone()),
-        Value::Array(blocks) => blocks
-            .iter()
-            .map(
-                |b| match (b.get("type").and_then(Value::as_str), b.get("text")) {
-                    (Some("text"), Some(Value::String(text))) => Ok(text.as_str()),
-                    (kind, _) => Err(ApiError::invalid_param(
-                        field,
-                        format!(
-                            "Content blocks of type `{}` are not supported by switchyard's engine \
-                         (only text; vLLM serves the others).",
-                            kind.unwrap_or("?")
-                        ),
-                    )),
-                },
-            )
-            .collect::<Result<Vec<_>, _>>()
-            .map(|texts| texts.concat()),
+        Value::Array(blocks) => Ok(text_parts(blocks, field)?
+            .into_iter()
+            .filter_map(|p| p.text)
+            .collect()),
         _ => Err(ApiError::invalid_param(
             field,
             format!("`{field}` content must be a text or a list of content blocks."),
@@ -197,10 +192,33 @@ fn text_of(content: &Value, field: &str) -> Result<String, ApiError> {
     }
 }
 
+/// Text blocks as chat text parts (a message's, which a template that takes text joins by
+/// newlines, as vLLM does); any other block refused.
+fn text_parts(blocks: &[Value], field: &str) -> Result<Vec<ContentPart>, ApiError> {
+    blocks
+        .iter()
+        .map(
+            |b| match (b.get("type").and_then(Value::as_str), b.get("text")) {
+                (Some("text"), Some(Value::String(text))) => Ok(ContentPart {
+                    kind: "text".into(),
+                    text: Some(text.clone()),
+                }),
+                (kind, _) => Err(ApiError::invalid_param(
+                    field,
+                    format!(
+                        "Content blocks of type `{}` are not supported by switchyard's engine \
+                     (only text; vLLM serves the others).",
+                        kind.unwrap_or("?")
+                    ),
+                )),
+            },
+        )
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::openai::MessageContent;
     use serde_json::json;
 
     fn request(body: Value) -> MessagesRequest {
@@ -262,7 +280,19 @@ mod tests {
             texts,
             [
                 ("system", &MessageContent::Text("be brief".into())),
-                ("user", &MessageContent::Text("ab".into())),
+                (
+                    "user",
+                    &MessageContent::Parts(vec![
+                        ContentPart {
+                            kind: "text".into(),
+                            text: Some("a".into())
+                        },
+                        ContentPart {
+                            kind: "text".into(),
+                            text: Some("b".into())
+                        },
+                    ])
+                ),
                 ("assistant", &MessageContent::Text("c".into())),
             ]
         );

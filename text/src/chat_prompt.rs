@@ -70,16 +70,17 @@ pub fn text_bytes(messages: &[ChatMessage]) -> usize {
         .sum()
 }
 
-/// A message's content as one text: its text parts joined.
+/// A message's content as one text: its text parts joined by newlines, as vLLM joins them for
+/// a template that takes text.
 fn flat_content(content: Option<&MessageContent>) -> Result<String, ApiError> {
     match content {
         None => Ok(String::new()),
         Some(MessageContent::Text(t)) => Ok(t.clone()),
         Some(MessageContent::Parts(parts)) => {
-            let mut text = String::new();
+            let mut texts = Vec::with_capacity(parts.len());
             for part in parts {
                 match (part.kind.as_str(), &part.text) {
-                    ("text", Some(t)) => text.push_str(t),
+                    ("text", Some(t)) => texts.push(t.as_str()),
                     (kind, _) => {
                         return Err(ApiError::invalid_param(
                             "messages",
@@ -92,7 +93,7 @@ fn flat_content(content: Option<&MessageContent>) -> Result<String, ApiError> {
                     }
                 }
             }
-            Ok(text)
+            Ok(texts.join("\n"))
         }
     }
 }
@@ -194,5 +195,18 @@ mod tests {
             assert_eq!(e.status, 400, "{bad}");
         }
         assert!(chat_prompt(None, &tok, &request(serde_json::json!({"messages": msgs}))).is_err());
+    }
+
+    #[test]
+    fn a_messages_text_parts_are_joined_by_newlines_as_vllm_joins_them() {
+        let template = ChatTemplate::new(CHATML_TEMPLATE).unwrap();
+        let tok = builtin_tokenizer();
+        let render = |content: serde_json::Value| {
+            let body = serde_json::json!({"messages": [{"role": "user", "content": content}]});
+            chat_prompt(Some(&template), &tok, &request(body)).unwrap()
+        };
+        let parts = serde_json::json!([{"type": "text", "text": "hello"},
+            {"type": "text", "text": "there"}]);
+        assert_eq!(render(parts), render(serde_json::json!("hello\nthere")));
     }
 }
