@@ -92,7 +92,8 @@ pub async fn create(
         }
         yield events.next("response.output_text.done", json!({"item_id": answer.message_id, "output_index": 0, "content_index": 0, "text": text}));
         yield events.next("response.content_part.done", json!({"item_id": answer.message_id, "output_index": 0, "content_index": 0, "part": text_part(&text)}));
-        yield events.next("response.output_item.done", json!({"output_index": 0, "item": answer.message(&text, "completed")}));
+        let status = item_status(finish.unwrap_or(FinishReason::Error));
+        yield events.next("response.output_item.done", json!({"output_index": 0, "item": answer.message(&text, status)}));
         let response = answer.response(&text, finish, Some(&generation.usage()));
         let kind = match response["status"].as_str() {
             Some("completed") => "response.completed",
@@ -176,6 +177,14 @@ fn in_responses_terms(mut e: ApiError) -> ApiError {
     e
 }
 
+/// The status of an output item whose answer ended for `reason`.
+fn item_status(reason: FinishReason) -> &'static str {
+    match reason {
+        FinishReason::Stop => "completed",
+        _ => "incomplete",
+    }
+}
+
 /// An output text part.
 fn text_part(text: &str) -> Value {
     json!({"type": "output_text", "text": text, "annotations": []})
@@ -193,8 +202,12 @@ struct Answer {
 impl Answer {
     /// The output message item, with `text` so far.
     fn message(&self, text: &str, status: &str) -> Value {
+        let content = match status {
+            "in_progress" => json!([]),
+            _ => json!([text_part(text)]),
+        };
         json!({"type": "message", "id": self.message_id, "status": status, "role": "assistant",
-            "content": if text.is_empty() && status != "completed" { json!([]) } else { json!([text_part(text)]) }})
+            "content": content})
     }
 
     /// The response object: in progress until `finish`, then completed, incomplete (its token
@@ -216,7 +229,7 @@ impl Answer {
         };
         let output = match finish {
             None => json!([]),
-            Some(_) => json!([self.message(text, "completed")]),
+            Some(reason) => json!([self.message(text, item_status(reason))]),
         };
         let usage = usage.map(|u| {
             let cached = u
