@@ -8,10 +8,10 @@ use crate::relay::observe::RelayObserver;
 use crate::shared::Route;
 use crate::upstream::answer::AnswerBody;
 use crate::upstream::open::ReleaseOnDrop;
-use bytes::BytesMut;
 use futures::StreamExt;
 use serde_json::Value;
 use std::time::Instant;
+use switchyard_http::sse::{SseEvent, SseSplitter};
 
 /// What one event says of the answer's tokens.
 #[derive(Debug, Default, PartialEq)]
@@ -34,7 +34,7 @@ pub fn watched(
         route,
         observer,
         release,
-        pending: BytesMut::new(),
+        events: SseSplitter::default(),
         tokens: 0,
     };
     // The watch is dropped with the stream (read to its end, or its client gone): then the
@@ -53,8 +53,8 @@ struct Watch {
     route: Route,
     observer: RelayObserver,
     release: Option<ReleaseOnDrop>,
-    /// An event's bytes that have arrived so far.
-    pending: BytesMut,
+    /// The stream's events as they become whole.
+    events: SseSplitter,
     /// Output tokens the answer has reported so far.
     tokens: u64,
 }
@@ -62,10 +62,9 @@ struct Watch {
 impl Watch {
     /// Reads the complete events `bytes` finishes.
     fn look(&mut self, bytes: &[u8], now: Instant) {
-        self.pending.extend_from_slice(bytes);
-        while let Some(end) = find(&self.pending, b"\n\n") {
-            let event = self.pending.split_to(end + 2);
-            let Some(data) = data_of(&event) else {
+        self.events.push(bytes);
+        while let Some(event) = self.events.next_event() {
+            let Some(data) = json_of(&event) else {
                 continue;
             };
             let news = news(self.route, &data, self.tokens);
@@ -85,21 +84,9 @@ impl Drop for Watch {
     }
 }
 
-/// Where `needle` first starts in `haystack`.
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// The JSON of an event's `data:` lines (none for a comment, an event without data, or
-/// `[DONE]`).
-fn data_of(event: &[u8]) -> Option<Value> {
-    let text = std::str::from_utf8(event).ok()?;
-    let data: String = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(str::trim_start)
-        .collect();
-    serde_json::from_str(&data).ok()
+/// The JSON of an event's data (none for an event without data, or `[DONE]`).
+fn json_of(event: &SseEvent) -> Option<Value> {
+    serde_json::from_slice(event.data.as_deref()?).ok()
 }
 
 /// What `event` of a `route` stream says, the answer having reported `tokens` before it.
@@ -185,10 +172,16 @@ mod tests {
 
     #[test]
     fn events_split_anywhere_are_read_whole() {
-        let event = b"event: content_block_delta\ndata: {\"type\": \"content_block_delta\"}\n\n";
-        assert_eq!(data_of(event), Some(json!({"type": "content_block_delta"})));
-        assert_eq!(data_of(b"data: [DONE]\n\n"), None);
-        assert_eq!(data_of(b": keep-alive\n\n"), None);
-        assert_eq!(find(b"ab\n\ncd", b"\n\n"), Some(2));
+        let mut events = SseSplitter::default();
+        let stream = b"event: content_block_delta\ndata: {\"type\": \"content_block_delta\"}\n\n\
+                       : keep-alive\n\ndata: [DONE]\n\n";
+        let (first, rest) = stream.split_at(30);
+        events.push(first);
+        assert_eq!(events.next_event(), None, "not whole yet");
+        events.push(rest);
+        let read: Vec<Option<Value>> = std::iter::from_fn(|| events.next_event())
+            .map(|e| json_of(&e))
+            .collect();
+        assert_eq!(read, [Some(json!({"type": "content_block_delta"})), None]);
     }
 }
