@@ -7,12 +7,10 @@
 
 use super::chat::start_rendered;
 use super::errors::{HttpError, OpenAiJson};
+use super::sse::{event_stream, named_event as event};
 use super::{check_model, RequestId};
 use crate::instance::Instance;
-use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
-use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
@@ -66,11 +64,7 @@ pub async fn create(
             "usage": {"output_tokens": usage.completion_tokens}}));
         yield event("message_stop", json!({}));
     };
-    let mut response = Response::new(Body::from_stream(stream));
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    Ok(response)
+    Ok(event_stream(stream))
 }
 
 /// `POST /v1/messages/count_tokens`: the tokens of the rendered conversation.
@@ -126,10 +120,4 @@ fn usage_of(usage: &Usage) -> Value {
         .map_or(0, |d| d.cached_tokens);
     json!({"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens,
         "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0})
-}
-
-/// One event of the stream.
-fn event(kind: &str, mut fields: Value) -> Result<Bytes, std::convert::Infallible> {
-    fields["type"] = json!(kind);
-    Ok(Bytes::from(format!("event: {kind}\ndata: {fields}\n\n")))
 }

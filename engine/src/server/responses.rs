@@ -8,16 +8,16 @@
 
 use super::chat::start_rendered;
 use super::errors::{HttpError, OpenAiJson};
+use super::sse::{event_stream, named_event};
 use super::{check_model, RequestId};
 use crate::instance::stored_responses::{Stored, StoredResponses};
 use crate::instance::Instance;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
-use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
+use std::convert::Infallible;
 use std::sync::Arc;
 use switchyard_protocol::clock::unix_now;
 use switchyard_protocol::openai::*;
@@ -103,11 +103,7 @@ pub async fn create(
         answer.keep(&keeper.stored_responses, &response, conversation, text);
         yield events.next(kind, json!({"response": response}));
     };
-    let mut response = Response::new(Body::from_stream(stream));
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    Ok(response)
+    Ok(event_stream(stream))
 }
 
 /// `GET /v1/responses/{id}`.
@@ -284,10 +280,11 @@ struct Events {
 
 impl Events {
     /// The next event, of `kind`, with `fields` beside its type and sequence number.
-    fn next(&mut self, kind: &str, mut fields: Value) -> Result<Bytes, std::convert::Infallible> {
+    fn next(&mut self, kind: &str, mut fields: Value) -> Result<Bytes, Infallible> {
+        // The type first, the sequence number after it, as every event of the API lists them.
         fields["type"] = json!(kind);
         fields["sequence_number"] = json!(self.sequence);
         self.sequence += 1;
-        Ok(Bytes::from(format!("event: {kind}\ndata: {fields}\n\n")))
+        named_event(kind, fields)
     }
 }

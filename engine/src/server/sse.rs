@@ -79,11 +79,25 @@ pub fn sse_response(
             *moved |= payload.moved.is_some();
             futures::future::ready(next)
         });
-    let mut response = Response::new(Body::from_stream(KeepAlive::new(events, KEEP_ALIVE)));
+    event_stream(KeepAlive::new(events, KEEP_ALIVE))
+}
+
+/// An SSE response of `events`, each already written.
+pub fn event_stream(
+    events: impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
+) -> Response {
+    let mut response = Response::new(Body::from_stream(events));
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
+}
+
+/// An event named `kind` whose data is `fields` with its `type` set to `kind`, as OpenAI's
+/// Responses API and Anthropic's Messages API stream theirs.
+pub fn named_event(kind: &str, mut fields: serde_json::Value) -> Result<Bytes, Infallible> {
+    fields["type"] = serde_json::Value::from(kind);
+    Ok(Bytes::from(format!("event: {kind}\ndata: {fields}\n\n")))
 }
 
 /// The bytes of one event: the token-id comment if asked for, then a `data:` line for each line
