@@ -70,9 +70,11 @@ pub async fn generate(
     let stream = async_stream::stream! {
         while let Some(update) = generation.next().await {
             let index = answers.apply(&generation, update);
-            let mut event = answers.outputs[index].clone();
+            // The answer so far is the event (SGLang streams it whole each time), written as it
+            // stands rather than copied first.
+            let event = &mut answers.outputs[index];
             event.index = listed.then_some(index as u32);
-            if let Ok(data) = serde_json::to_string(&event) {
+            if let Ok(data) = serde_json::to_string(event) {
                 yield Payload::plain(data);
             }
         }
