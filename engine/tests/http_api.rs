@@ -1124,31 +1124,43 @@ async fn anthropics_messages_api_answers_as_the_same_chat_would() {
     assert_eq!(deltas, text);
     assert_eq!(events[kinds.len() - 2]["delta"]["stop_reason"], stop);
 
-    // What needs tools, thinking or other blocks is refused by name; so is what a server refuses.
+    // What needs tools, thinking or other blocks is refused by name, in the API's own error shape;
+    // so is what a server refuses.
     let hi = json!([{"role": "user", "content": "Hi"}]);
-    for (body, param) in [
+    for (body, named) in [
         (
             json!({"max_tokens": 8, "messages": hi, "tools": [{"name": "ls", "input_schema": {}}]}),
-            "tools",
+            "`tools`",
         ),
         (
             json!({"max_tokens": 8, "messages": hi, "thinking": {"type": "enabled", "budget_tokens": 9}}),
-            "thinking",
+            "`thinking`",
         ),
         (
             json!({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image",
             "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}]}]}),
-            "messages",
+            "`image`",
         ),
         (
             json!({"max_tokens": 8, "messages": [{"role": "system", "content": "x"}]}),
-            "messages",
+            "`role`",
         ),
-        (json!({"messages": hi}), "max_tokens"),
-        (json!({"max_tokens": 8, "messages": []}), "messages"),
+        (json!({"messages": hi}), "`max_tokens`"),
+        (json!({"max_tokens": 8, "messages": []}), "`messages`"),
     ] {
         let (status, answer) = e.post("/v1/messages", body.clone()).await;
         assert_eq!(status, 400, "{body}: {answer}");
-        assert_eq!(answer["error"]["param"], param, "{body}: {answer}");
+        assert_eq!(answer["type"], "error", "{answer}");
+        assert_eq!(answer["error"]["type"], "invalid_request_error", "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(named), "{body}: {answer}");
     }
+    // So are the errors before the request is read, and a token count's.
+    let (status, answer) = e.post("/v1/messages", json!("not an object")).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["type"], "invalid_request_error", "{answer}");
+    let unknown = json!({"model": "nope", "max_tokens": 8, "messages": hi});
+    let (status, answer) = e.post("/v1/messages/count_tokens", unknown).await;
+    assert_eq!(status, 404, "{answer}");
+    assert_eq!(answer["error"]["type"], "not_found_error", "{answer}");
 }

@@ -635,11 +635,25 @@ async fn anthropic_messages_are_relayed_as_sent_and_a_users_stay_on_one_instance
     ] {
         let (status, _, text) = call_route(&gw, "/v1/messages", bad.clone()).await;
         assert_eq!(status, 400, "{bad}: {text}");
+        // In the API's own error shape, as vLLM and SGLang answer it.
         let error: Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(error["error"]["param"], param, "{bad}: {text}");
+        assert_eq!(error["type"], "error", "{text}");
+        assert_eq!(error["error"]["type"], "invalid_request_error", "{text}");
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&format!("`{param}`")), "{bad}: {text}");
     }
-    let (status, _, _) = call_route(&gw, "/v1/messages/count_tokens", json!({"model": "m"})).await;
+    let (status, _, text) =
+        call_route(&gw, "/v1/messages/count_tokens", json!({"model": "m"})).await;
     assert_eq!(status, 400);
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["error"]["type"],
+        "invalid_request_error"
+    );
+    let elsewhere = json!({"model": "nope", "max_tokens": 8, "messages": conversation});
+    let (status, _, text) = call_route(&gw, "/v1/messages", elsewhere).await;
+    assert_eq!(status, 404, "{text}");
+    let error: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(error["error"]["type"], "not_found_error", "{text}");
     assert_eq!(
         a.calls.load(Ordering::SeqCst) + b.calls.load(Ordering::SeqCst),
         calls

@@ -6,7 +6,8 @@
 //! instead of spinning. A connection that wakes itself while it is polled (hyper's request body
 //! does, on every request) is polled again in place rather than handed to another worker.
 //! [`sse`] splits the server-sent event streams switchyard's processes read from each other;
-//! [`error_response`] is the one way an OpenAI error becomes a response, and [`request_id`] the
+//! [`error_response`] is the one way an OpenAI error becomes a response ([`anthropic_error_response`]
+//! on the Messages API's routes), and [`request_id`] the
 //! one rule for request ids; [`admin`] puts the admin endpoints behind their key; [`flags`]
 //! are the checked number types every command's flags use.
 
@@ -19,7 +20,7 @@ pub mod request_id;
 pub mod sse;
 
 pub use answer_panics::answer_panics;
-pub use api_error::error_response;
+pub use api_error::{anthropic_error_response, error_response};
 
 /// The header in which a switchyard gateway names the instance that took a request (`bench`
 /// reads it).

@@ -2,13 +2,14 @@
 //! SGLang and switchyard's engine serve it): what a router reads (the model, the conversation
 //! whose size places the request, the answer's length, and the user it is for), and the chat
 //! request a conversation of text amounts to. The rest (tools, thinking, images) goes to the
-//! engine as the client sent it.
+//! engine as the client sent it. Errors on these routes are answered in the API's own shape
+//! ([`ErrorResponse`]), as Anthropic, vLLM and SGLang answer them.
 
 use crate::openai::{
     string_bytes, ApiError, ChatCompletionRequest, ChatMessage, ContentPart, MessageContent,
     SamplingFields, Stop,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -216,6 +217,55 @@ fn text_parts(blocks: &[Value], field: &str) -> Result<Vec<ContentPart>, ApiErro
         .collect()
 }
 
+/// An error as the Messages API answers it: `{"type": "error", "error": {"type", "message"}}`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ErrorResponse {
+    /// Always `error`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// What went wrong.
+    pub error: ErrorBody,
+}
+
+/// What went wrong, in the Messages API's fields.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ErrorBody {
+    /// The error class, from the HTTP status ([`error_type`]).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A sentence for a person.
+    pub message: String,
+}
+
+impl ErrorResponse {
+    /// `e` in the Messages API's shape: its message, and the type its status has there.
+    pub fn of(e: &ApiError) -> Self {
+        ErrorResponse {
+            kind: "error".into(),
+            error: ErrorBody {
+                kind: error_type(e.status).into(),
+                message: e.body.error.message.clone(),
+            },
+        }
+    }
+}
+
+/// The Messages API's error type for an HTTP status (Anthropic's list: 529 is its own
+/// "overloaded", which a 503 of switchyard's amounts to).
+pub fn error_type(status: u16) -> &'static str {
+    match status {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        504 => "timeout_error",
+        500..=599 => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,6 +273,33 @@ mod tests {
 
     fn request(body: Value) -> MessagesRequest {
         serde_json::from_value(body).unwrap()
+    }
+
+    #[test]
+    fn errors_take_the_messages_api_shape_and_its_type_for_their_status() {
+        let bad = ApiError::invalid_param("max_tokens", "`max_tokens` is required.");
+        assert_eq!(
+            serde_json::to_value(ErrorResponse::of(&bad)).unwrap(),
+            json!({"type": "error", "error": {"type": "invalid_request_error",
+                "message": "`max_tokens` is required."}})
+        );
+        let types = [
+            (
+                ApiError::unauthorized("no key", "invalid_api_key"),
+                "authentication_error",
+            ),
+            (ApiError::model_not_found("m"), "not_found_error"),
+            (ApiError::payload_too_large(10), "request_too_large"),
+            (ApiError::rate_limited("slow down", 1), "rate_limit_error"),
+            (ApiError::unavailable("draining"), "overloaded_error"),
+            (ApiError::bad_gateway("engine gone"), "api_error"),
+            (ApiError::internal("oops"), "api_error"),
+        ];
+        for (e, kind) in types {
+            assert_eq!(ErrorResponse::of(&e).error.kind, kind, "{}", e.status);
+        }
+        assert_eq!(error_type(504), "timeout_error");
+        assert_eq!(error_type(403), "permission_error");
     }
 
     #[test]

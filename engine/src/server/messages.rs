@@ -3,7 +3,8 @@
 //! be, and answers one text block, whole or as the API's stream of events (`message_start` ...
 //! `content_block_delta` ... `message_stop`); `POST /v1/messages/count_tokens` counts its prompt.
 //! Tools, extended thinking and blocks other than text (images, documents) are refused, naming
-//! the field.
+//! the field. Errors take the API's own shape (`{"type": "error", "error": {"type", "message"}}`),
+//! as vLLM answers them.
 
 use super::chat::start_rendered;
 use super::errors::{HttpError, OpenAiJson};
@@ -15,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use switchyard_http::anthropic_error_response;
 use switchyard_protocol::anthropic::MessagesRequest;
 use switchyard_protocol::openai::*;
 use switchyard_text::chat_prompt::chat_prompt;
@@ -23,11 +25,34 @@ use switchyard_text::chat_prompt::chat_prompt;
 pub async fn create(
     State(instance): State<Arc<Instance>>,
     RequestId(request_id): RequestId,
-    OpenAiJson(req): OpenAiJson<MessagesRequest>,
+    body: Result<OpenAiJson<MessagesRequest>, HttpError>,
+) -> Response {
+    in_api_shape(answer(&instance, &request_id, body).await)
+}
+
+/// `POST /v1/messages/count_tokens`: the tokens of the rendered conversation.
+pub async fn count_tokens(
+    State(instance): State<Arc<Instance>>,
+    body: Result<OpenAiJson<MessagesRequest>, HttpError>,
+) -> Response {
+    in_api_shape(count(&instance, body))
+}
+
+/// The answer, or its error in the Messages API's shape.
+fn in_api_shape(result: Result<Response, HttpError>) -> Response {
+    result.unwrap_or_else(|HttpError(e)| anthropic_error_response(e))
+}
+
+/// The answer to `body`, whole or streamed.
+async fn answer(
+    instance: &Arc<Instance>,
+    request_id: &str,
+    body: Result<OpenAiJson<MessagesRequest>, HttpError>,
 ) -> Result<Response, HttpError> {
+    let OpenAiJson(req) = body?;
     req.check(true)?;
-    let (model, chat, prompt) = rendered(&instance, &req)?;
-    let (mut generation, params) = start_rendered(&instance, &request_id, &chat, prompt).await?;
+    let (model, chat, prompt) = rendered(instance, &req)?;
+    let (mut generation, params) = start_rendered(instance, request_id, &chat, prompt).await?;
     let id = format!("msg_{request_id}");
     if !params.stream {
         let choice = generation.collect().await.pop();
@@ -67,13 +92,14 @@ pub async fn create(
     Ok(event_stream(stream))
 }
 
-/// `POST /v1/messages/count_tokens`: the tokens of the rendered conversation.
-pub async fn count_tokens(
-    State(instance): State<Arc<Instance>>,
-    OpenAiJson(req): OpenAiJson<MessagesRequest>,
+/// The token count of `body`'s conversation.
+fn count(
+    instance: &Instance,
+    body: Result<OpenAiJson<MessagesRequest>, HttpError>,
 ) -> Result<Response, HttpError> {
+    let OpenAiJson(req) = body?;
     req.check(false)?;
-    let (_, _, prompt) = rendered(&instance, &req)?;
+    let (_, _, prompt) = rendered(instance, &req)?;
     Ok(Json(json!({"input_tokens": prompt.len()})).into_response())
 }
 

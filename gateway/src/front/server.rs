@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_http::admin::admin_only;
 use switchyard_http::request_id::{self, request_id};
-use switchyard_http::{answer_panics, error_response};
+use switchyard_http::{answer_panics, anthropic_error_response, error_response};
 use switchyard_protocol::openai::{ApiError, ModelCard, ModelList};
 use switchyard_protocol::schedule::ScheduleApi;
 use switchyard_protocol::secret::Secret;
@@ -140,6 +140,7 @@ async fn handle(
     .await;
     let (response, id) = match result {
         Ok((response, id)) => (response, Some(id)),
+        Err(e) if route.speaks_anthropic() => (anthropic_error_response(e), None),
         Err(e) => (error_response(e), None),
     };
     let finish = Finish {

@@ -118,6 +118,11 @@ impl Route {
         matches!(self, Route::Generate | Route::Messages | Route::Responses)
     }
 
+    /// Whether the route is Anthropic's Messages API, whose errors take its own shape.
+    pub fn speaks_anthropic(self) -> bool {
+        matches!(self, Route::Messages | Route::CountTokens)
+    }
+
     /// The path on the engine.
     pub fn path(self) -> &'static str {
         match self {
