@@ -12,6 +12,7 @@ use crate::model::{
     builtin_model_dir, load_tokenizer_and_template, write_builtin_model, ModelDir, ModelWeights,
     BUILTIN_MODEL_NAME,
 };
+use crate::server::tool_calls::ToolCallParser;
 use crate::tokenizer::{Tokenizer, BUILTIN_CORPUS};
 use crate::trace::TraceLog;
 use anyhow::{bail, Context};
@@ -178,6 +179,15 @@ pub struct EngineArgs {
         default_value_t = 10_000
     )]
     pub max_stored_responses: usize,
+    /// Read tool calls from chat answers, so that `tools` with `tool_choice: "auto"` (or none
+    /// named) are served: the model decides whether to call one (vLLM's flag; needs
+    /// --tool-call-parser).
+    #[arg(long, env = "SWITCHYARD_ENABLE_AUTO_TOOL_CHOICE")]
+    pub enable_auto_tool_choice: bool,
+    /// How the model writes tool calls: `hermes` (`<tool_call>{...}</tool_call>`: Qwen2.5,
+    /// Qwen3, Hermes and others; vLLM's parser of the same name).
+    #[arg(long, env = "SWITCHYARD_TOOL_CALL_PARSER", value_enum)]
+    pub tool_call_parser: Option<ToolCallParser>,
     /// Seconds to let running requests finish after SIGTERM.
     #[arg(long, env = "SWITCHYARD_DRAIN_TIMEOUT", default_value = "30")]
     pub drain_timeout: SecondsOrZero,
@@ -207,6 +217,9 @@ impl EngineArgs {
         }
         if self.block_size == 0 || self.max_num_batched_tokens == 0 || self.max_num_seqs == 0 {
             bail!("--block-size, --max-num-batched-tokens and --max-num-seqs must be positive");
+        }
+        if self.enable_auto_tool_choice && self.tool_call_parser.is_none() {
+            bail!("--enable-auto-tool-choice needs --tool-call-parser (hermes)");
         }
         if *self.kv_offloading_size > 0.0 && self.no_prefix_caching {
             bail!("--kv-offloading-size extends the prefix cache, which --no-prefix-caching turns off");
@@ -303,6 +316,9 @@ impl EngineArgs {
                         max_body_bytes: self.max_body_bytes,
                         max_stored_responses: self.max_stored_responses,
                         role: self.role,
+                        tool_call_parser: self
+                            .tool_call_parser
+                            .filter(|_| self.enable_auto_tool_choice),
                     },
                     core,
                     backend: (model.make_backend)(host_blocks)?,

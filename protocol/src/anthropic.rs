@@ -106,8 +106,9 @@ impl MessagesRequest {
         .sum()
     }
 
-    /// The first field the request sets that an engine with no tool-call parser or extended
-    /// thinking cannot heed (`tools`, `tool_choice`, `thinking`, ...), if any.
+    /// The first field the request sets that switchyard's engine cannot heed in this API (it
+    /// reads tool calls on chat completions only, and has no extended thinking: `tools`,
+    /// `tool_choice`, `thinking`, ...), if any.
     pub fn unheeded(&self) -> Option<&str> {
         if self
             .tools

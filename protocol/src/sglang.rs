@@ -379,7 +379,7 @@ impl GenerateFinish {
         last_token: Option<u32>,
     ) -> Self {
         match reason {
-            FinishReason::Stop => GenerateFinish::Stop {
+            FinishReason::Stop | FinishReason::ToolCalls => GenerateFinish::Stop {
                 matched: stop.or(last_token.map(StopReason::Token)),
             },
             FinishReason::Length => GenerateFinish::Length { length: tokens },

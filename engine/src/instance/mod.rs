@@ -60,6 +60,9 @@ pub struct InstanceInfo {
     pub max_stored_responses: usize,
     /// Role in prefill/decode disaggregation.
     pub role: switchyard_protocol::schedule::InferStage,
+    /// How tool calls are read from chat answers (`--enable-auto-tool-choice`); none: `tools`
+    /// go only with `tool_choice: "none"`.
+    pub tool_call_parser: Option<crate::server::tool_calls::ToolCallParser>,
 }
 
 /// Parts an instance is built from.

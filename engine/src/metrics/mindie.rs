@@ -182,7 +182,9 @@ impl Dialect for MindIe {
 
     fn on_finished(&self, f: &Finished) {
         match f.reason {
-            FinishReason::Stop | FinishReason::Length => self.success.inc(),
+            FinishReason::Stop | FinishReason::Length | FinishReason::ToolCalls => {
+                self.success.inc()
+            }
             FinishReason::Abort | FinishReason::Error => self.failed.inc(),
         }
         let done = self.success.get() + self.failed.get();

@@ -1,8 +1,9 @@
 //! `POST /v1/chat/completions`.
 
 use super::errors::{HttpError, OpenAiJson};
-use super::generation::{Generation, TokenLogprobs};
+use super::generation::{Generation, Moves, TokenLogprobs};
 use super::params::{refuse_vllm_only, GenerationParams};
+use super::tool_calls::{read_whole, ToolCallParser, ToolCalls};
 use super::{
     check_model, moves_of, sse_response, unsent_tokens, wants_token_ids, Payload, RequestId,
     ResponseShape,
@@ -24,7 +25,7 @@ pub async fn chat_completions(
 ) -> Result<Response, HttpError> {
     let model = check_model(&instance, req.model.as_deref())?;
     refuse_vllm_only(&req.sampling)?;
-    check_tool_choice(&req)?;
+    let tool_calls = reads_tool_calls(&req, instance.info.tool_call_parser)?;
     check_response_format(&req)?;
     let tok = instance.tokenizer.clone();
     let checked = check_chat(
@@ -41,7 +42,12 @@ pub async fn chat_completions(
         None,
         instance.info.max_model_len,
     )?;
-    let moves = moves_of(&headers, params.stream);
+    // A stream read for tool calls stays here: its reading (a call held back until it closes)
+    // would not move with it.
+    let moves = match tool_calls {
+        true => Moves::Stay,
+        false => moves_of(&headers, params.stream),
+    };
     if instance.is_draining() && !moves.continues() {
         return Err(ApiError::unavailable("The engine is shutting down.").into());
     }
@@ -68,17 +74,25 @@ pub async fn chat_completions(
             .await
             .into_iter()
             .enumerate()
-            .map(|(i, c)| ChatChoice {
-                index: i as u32,
-                message: AssistantMessage {
-                    role: "assistant".into(),
-                    content: Some(c.text),
-                },
-                logprobs: shape.logprobs.then(|| ChatLogprobs {
-                    content: shape.chat_logprobs(&c.logprobs),
-                }),
-                finish_reason: c.finish.as_ref().map(|f| f.0),
-                stop_reason: c.finish.and_then(|f| f.1),
+            .map(|(i, c)| {
+                let (content, calls) = match tool_calls {
+                    true => read_whole(&request_id, i as u32, &c.text),
+                    false => (Some(c.text), Vec::new()),
+                };
+                let finish = called_tools(c.finish, !calls.is_empty());
+                ChatChoice {
+                    index: i as u32,
+                    message: AssistantMessage {
+                        role: "assistant".into(),
+                        content,
+                        tool_calls: calls,
+                    },
+                    logprobs: shape.logprobs.then(|| ChatLogprobs {
+                        content: shape.chat_logprobs(&c.logprobs),
+                    }),
+                    finish_reason: finish.as_ref().map(|f| f.0),
+                    stop_reason: finish.and_then(|f| f.1),
+                }
             })
             .collect();
         return Ok(Json(ChatCompletionResponse {
@@ -92,9 +106,12 @@ pub async fn chat_completions(
         .into_response());
     }
     let (include_usage, continuous) = (params.include_usage, params.continuous_usage);
+    let mut readings: Vec<Option<ToolCalls>> = (0..generation.num_choices() as u32)
+        .map(|i| tool_calls.then(|| ToolCalls::new(&request_id, i)))
+        .collect();
     let stream = async_stream::stream! {
         for i in 0..generation.num_choices() {
-            let delta = ChatDelta { role: Some("assistant".into()), content: Some(String::new()) };
+            let delta = ChatDelta { role: Some("assistant".into()), content: Some(String::new()), ..Default::default() };
             yield Payload::plain(shape.chat_chunk(i as u32, delta, None, None, None));
         }
         while let Some(update) = generation.next().await {
@@ -103,12 +120,25 @@ pub async fn chat_completions(
                 return;
             }
             let lp = shape.logprobs.then(|| ChatLogprobs { content: shape.chat_logprobs(&update.logprobs) });
+            let (text, calls, finish) = match readings.get_mut(update.index as usize).and_then(Option::as_mut) {
+                Some(reading) => {
+                    let mut read = reading.push(&update.text);
+                    if update.finish.is_some() {
+                        let rest = reading.finish();
+                        read.content.push_str(&rest.content);
+                        read.calls.extend(rest.calls);
+                    }
+                    (read.content, read.calls, called_tools(update.finish, reading.called()))
+                }
+                None => (update.text, Vec::new(), update.finish),
+            };
             let delta = ChatDelta {
                 role: None,
-                content: (!update.text.is_empty()).then(|| update.text.clone()),
+                content: (!text.is_empty()).then_some(text),
+                tool_calls: calls,
             };
             let usage = continuous.then(|| generation.usage());
-            let data = shape.chat_chunk(update.index, delta, lp, update.finish, usage);
+            let data = shape.chat_chunk(update.index, delta, lp, finish, usage);
             yield Payload::tokens(data, update.tokens);
         }
         if include_usage {
@@ -185,19 +215,23 @@ fn check_response_format(req: &ChatCompletionRequest) -> Result<(), ApiError> {
     }
 }
 
-/// Refuses what this engine cannot do with `tools`, as vLLM does without a tool-call parser: it
-/// has no parser to turn the model's text into `tool_calls` and no guided decoding to force a
-/// call, so only `tool_choice: "none"` goes with them (the tools still reach the chat template,
-/// as vLLM's default). Tools without a `tool_choice` ask for `"auto"`, as in the OpenAI API.
-fn check_tool_choice(req: &ChatCompletionRequest) -> Result<(), ApiError> {
+/// Whether the answer's text is read for tool calls: `tools` with `tool_choice` `"auto"` (or
+/// none named, as the OpenAI API reads it) on an engine with a tool-call parser
+/// (`--enable-auto-tool-choice`). Refuses, as vLLM does, what the engine cannot do: `"auto"`
+/// without a parser, and `"required"` or a named tool, which need guided decoding to force a
+/// call. `"none"` passes the tools to the chat template only (vLLM's default).
+fn reads_tool_calls(
+    req: &ChatCompletionRequest,
+    parser: Option<ToolCallParser>,
+) -> Result<bool, ApiError> {
     let has_tools = req
         .tools
         .as_ref()
         .is_some_and(|t| !t.is_null() && t.as_array().is_none_or(|a| !a.is_empty()));
     let choice = match &req.tool_choice {
         None | Some(serde_json::Value::Null) if has_tools => "auto",
-        None | Some(serde_json::Value::Null) => return Ok(()),
-        Some(serde_json::Value::String(s)) if s == "none" => return Ok(()),
+        None | Some(serde_json::Value::Null) => return Ok(false),
+        Some(serde_json::Value::String(s)) if s == "none" => return Ok(false),
         Some(serde_json::Value::String(s)) if s == "auto" || s == "required" => s.as_str(),
         Some(serde_json::Value::Object(_)) => "a named tool",
         Some(other) => {
@@ -215,14 +249,34 @@ fn check_tool_choice(req: &ChatCompletionRequest) -> Result<(), ApiError> {
             "When using `tool_choice`, `tools` must be set.",
         ));
     }
-    Err(ApiError::invalid_param(
-        "tool_choice",
-        format!(
-            "This engine cannot call tools (`tool_choice` is {choice}): it has no tool-call parser \
-             and no guided decoding. Send `tool_choice: \"none\"` to pass the tools to the chat \
-             template only, or serve the model with vLLM or SGLang and a tool-call parser."
-        ),
-    ))
+    match (choice, parser) {
+        ("auto", Some(_)) => Ok(true),
+        ("auto", None) => Err(ApiError::invalid_param(
+            "tool_choice",
+            "\"auto\" tool choice needs the engine started with --enable-auto-tool-choice and \
+             --tool-call-parser. Send `tool_choice: \"none\"` to pass the tools to the chat \
+             template only.",
+        )),
+        _ => Err(ApiError::invalid_param(
+            "tool_choice",
+            format!(
+                "This engine cannot force a tool call (`tool_choice` is {choice}): it has no \
+                 guided decoding. Send `tool_choice: \"auto\"` (with --enable-auto-tool-choice) \
+                 or \"none\", or serve the model with vLLM or SGLang behind switchyard."
+            ),
+        )),
+    }
+}
+
+/// The finish of an answer that `called` tools: a stop is `tool_calls`, as the chat API says it.
+fn called_tools(
+    finish: Option<(FinishReason, Option<StopReason>)>,
+    called: bool,
+) -> Option<(FinishReason, Option<StopReason>)> {
+    match finish {
+        Some((FinishReason::Stop, _)) if called => Some((FinishReason::ToolCalls, None)),
+        other => other,
+    }
 }
 
 /// Starts the answer to `chat`, another API's request rendered as `prompt` (the Responses API,
@@ -277,40 +331,61 @@ mod tests {
     }
 
     #[test]
-    fn tools_go_only_with_tool_choice_none() {
+    fn tools_are_read_for_calls_only_under_auto_with_a_parser() {
         let tools = serde_json::json!([{"type": "function", "function": {"name": "f"}}]);
-        for ok in [
-            serde_json::json!({}),
-            serde_json::json!({"tools": []}),
-            serde_json::json!({"tools": tools, "tool_choice": "none"}),
-            serde_json::json!({"tool_choice": "none"}),
-        ] {
-            assert!(check_tool_choice(&request(ok.clone())).is_ok(), "{ok}");
-        }
-        for (bad, says) in [
-            (serde_json::json!({"tools": tools}), "is auto"),
+        let hermes = Some(ToolCallParser::Hermes);
+        for (body, parser, reads) in [
+            (serde_json::json!({}), hermes, false),
+            (serde_json::json!({"tools": []}), hermes, false),
+            (
+                serde_json::json!({"tools": tools, "tool_choice": "none"}),
+                None,
+                false,
+            ),
+            (serde_json::json!({"tool_choice": "none"}), None, false),
+            (serde_json::json!({"tools": tools}), hermes, true),
             (
                 serde_json::json!({"tools": tools, "tool_choice": "auto"}),
-                "is auto",
+                hermes,
+                true,
+            ),
+        ] {
+            let read = reads_tool_calls(&request(body.clone()), parser);
+            assert_eq!(read.ok(), Some(reads), "{body}");
+        }
+        for (bad, parser, says) in [
+            (
+                serde_json::json!({"tools": tools}),
+                None,
+                "--enable-auto-tool-choice",
+            ),
+            (
+                serde_json::json!({"tools": tools, "tool_choice": "auto"}),
+                None,
+                "--enable-auto-tool-choice",
             ),
             (
                 serde_json::json!({"tools": tools, "tool_choice": "required"}),
+                hermes,
                 "is required",
             ),
             (
                 serde_json::json!({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "f"}}}),
+                hermes,
                 "a named tool",
             ),
             (
                 serde_json::json!({"tool_choice": "auto"}),
+                hermes,
                 "`tools` must be set",
             ),
             (
                 serde_json::json!({"tools": tools, "tool_choice": 3}),
+                hermes,
                 "Invalid value",
             ),
         ] {
-            let e = check_tool_choice(&request(bad.clone())).unwrap_err();
+            let e = reads_tool_calls(&request(bad.clone()), parser).unwrap_err();
             assert_eq!(e.status, 400, "{bad}");
             assert_eq!(e.body.error.param.as_deref(), Some("tool_choice"));
             assert!(
@@ -319,5 +394,17 @@ mod tests {
                 e.body.error.message
             );
         }
+    }
+
+    #[test]
+    fn a_stop_after_calls_is_tool_calls() {
+        let stop = Some((FinishReason::Stop, Some(StopReason::Token(2))));
+        assert_eq!(
+            called_tools(stop.clone(), true),
+            Some((FinishReason::ToolCalls, None))
+        );
+        assert_eq!(called_tools(stop.clone(), false), stop);
+        let length = Some((FinishReason::Length, None));
+        assert_eq!(called_tools(length.clone(), true), length);
     }
 }

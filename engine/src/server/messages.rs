@@ -113,8 +113,9 @@ fn rendered(
         return Err(ApiError::invalid_param(
             name,
             format!(
-                "`{name}` is not supported by switchyard's engine (no tool-call parser or \
-                 extended thinking; vLLM and SGLang serve it)."
+                "`{name}` is not supported by switchyard's engine's Messages API (it reads tool \
+                 calls on `/v1/chat/completions` only, and has no extended thinking; vLLM and \
+                 SGLang serve it)."
             ),
         ));
     }

@@ -13,6 +13,7 @@ mod params;
 mod responses;
 mod sse;
 mod streams;
+pub mod tool_calls;
 
 use crate::instance::Instance;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Request, State};

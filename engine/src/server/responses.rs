@@ -3,8 +3,8 @@
 //! `instructions`) with the chat template and answers one output message, whole or as the
 //! API's stream of events; a response is kept (`store`, by default) for `GET
 //! /v1/responses/{id}` and for follow-ups, the oldest forgotten past `--max-stored-responses`.
-//! What needs a tool-call parser, background runs, structured output or images is refused,
-//! naming the field.
+//! What needs tool calls (read on chat completions only), background runs, structured output
+//! or images is refused, naming the field.
 
 use super::chat::start_rendered;
 use super::errors::{HttpError, OpenAiJson};
@@ -34,8 +34,9 @@ pub async fn create(
         return Err(ApiError::invalid_param(
             name,
             format!(
-                "`{name}` is not supported by switchyard's engine (no tool-call parser, background \
-                 runs or structured output; vLLM and SGLang serve it)."
+                "`{name}` is not supported by switchyard's engine's Responses API (it reads tool \
+                 calls on `/v1/chat/completions` only, and has no background runs or structured \
+                 output; vLLM and SGLang serve it)."
             ),
         )
         .into());
@@ -211,7 +212,9 @@ impl Answer {
     fn response(&self, text: &str, finish: Option<FinishReason>, usage: Option<&Usage>) -> Value {
         let (status, incomplete, error) = match finish {
             None => ("in_progress", Value::Null, Value::Null),
-            Some(FinishReason::Stop) => ("completed", Value::Null, Value::Null),
+            Some(FinishReason::Stop | FinishReason::ToolCalls) => {
+                ("completed", Value::Null, Value::Null)
+            }
             Some(FinishReason::Length) => (
                 "incomplete",
                 json!({"reason": "max_output_tokens"}),

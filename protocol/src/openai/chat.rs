@@ -92,7 +92,9 @@ pub struct ChatCompletionRequest {
     #[serde(default)]
     pub tools: Option<serde_json::Value>,
     /// Which tool the model must call: `none`, `auto`, `required` or a named tool. Switchyard's
-    /// engine, with no tool-call parser, takes only `none`; the gateway forwards it as it is.
+    /// engine takes `auto` only with a tool-call parser (`--enable-auto-tool-choice`), and
+    /// neither `required` nor a named tool (no guided decoding); the gateway forwards it as it
+    /// is.
     #[serde(default)]
     pub tool_choice: Option<serde_json::Value>,
     /// Output format; only `text`.
@@ -181,8 +183,42 @@ pub struct ChatLogprobs {
 pub struct AssistantMessage {
     /// Always `assistant`.
     pub role: String,
-    /// The generated text.
+    /// The generated text (without the tool calls read from it; none when only they remain).
     pub content: Option<String>,
+    /// The tools it calls, when the engine reads tool calls from its text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+}
+
+/// A call of a function tool in an answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ToolCall {
+    /// `chatcmpl-tool-...`, for the tool message answering it.
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The function called.
+    pub function: FunctionCall,
+}
+
+/// The function a tool call calls, and with what.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FunctionCall {
+    /// The function's name.
+    pub name: String,
+    /// Its arguments, a JSON object as text.
+    pub arguments: String,
+}
+
+/// A tool call in a chat stream chunk: each is sent whole, in one chunk.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ToolCallChunk {
+    /// Which of the choice's tool calls it is.
+    pub index: u32,
+    /// The call.
+    #[serde(flatten)]
+    pub call: ToolCall,
 }
 
 /// One choice of a whole chat completion.
@@ -227,6 +263,9 @@ pub struct ChatDelta {
     /// New text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// Tool calls read from the text since the last chunk.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallChunk>,
 }
 
 /// One choice of a chat stream chunk.

@@ -78,6 +78,9 @@ pub enum FinishReason {
     Abort,
     /// Failed inside the engine.
     Error,
+    /// The chat answer called tools: its text was read as tool calls (an engine's stop, as the
+    /// chat API says it).
+    ToolCalls,
 }
 
 impl FinishReason {
@@ -88,6 +91,7 @@ impl FinishReason {
             FinishReason::Length => "length",
             FinishReason::Abort => "abort",
             FinishReason::Error => "error",
+            FinishReason::ToolCalls => "tool_calls",
         }
     }
 }

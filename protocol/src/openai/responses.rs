@@ -60,8 +60,9 @@ const HARMLESS_FIELDS: [&str; 7] = [
 ];
 
 impl ResponsesRequest {
-    /// The first field the request sets that an engine with no tool-call parser, background
-    /// runs, structured output or images cannot heed (tools, `background`, `reasoning`, a
+    /// The first field the request sets that switchyard's engine cannot heed in this API (it
+    /// reads tool calls on chat completions only, and has no background runs, structured output
+    /// or images) (tools, `background`, `reasoning`, a
     /// non-text `text.format`, `include`, ...), if any.
     pub fn unheeded(&self) -> Option<&str> {
         self.other

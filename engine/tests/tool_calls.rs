@@ -1,0 +1,195 @@
+//! Tool calls over real HTTP on loopback: an engine started with `--enable-auto-tool-choice
+//! --tool-call-parser hermes` reads the calls a model writes into `tool_calls`, whole and
+//! streamed. The model here writes a set answer (the sim backend's step times, its text
+//! scripted): no small model at hand writes tool calls on cue.
+
+use clap::Parser;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use switchyard_engine::backend::{Backend, ModelBatch, ModelOutput};
+use switchyard_engine::config::EngineArgs;
+use switchyard_engine::instance::Instance;
+use switchyard_engine::sampling::Logits;
+
+#[derive(Parser)]
+struct Flags {
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+/// A model that answers every prompt with the same tokens, then end-of-sequence.
+struct Scripted {
+    answer: Vec<u32>,
+    eos: u32,
+    /// Each sequence's prompt length, from its first sampled step.
+    prompts: HashMap<u64, usize>,
+}
+
+impl Backend for Scripted {
+    fn execute(&mut self, batch: &ModelBatch) -> ModelOutput {
+        let logits = batch
+            .seqs
+            .iter()
+            .map(|s| {
+                s.sample.then(|| {
+                    let end = s.start + s.tokens.len();
+                    let prompt = *self.prompts.entry(s.seq).or_insert(end);
+                    let next = self.answer.get(end - prompt).copied().unwrap_or(self.eos);
+                    Logits::sparse(vec![next], vec![0.0])
+                })
+            })
+            .collect();
+        ModelOutput {
+            logits,
+            modeled_seconds: None,
+        }
+    }
+}
+
+/// An engine whose model answers `answer`, started with `flags`; its base URL.
+async fn engine(answer: &str, flags: &[&str]) -> String {
+    let mut argv = vec!["engine", "--backend", "sim", "--max-model-len", "512"];
+    argv.extend_from_slice(flags);
+    let mut part = Flags::parse_from(argv).engine.build(1).unwrap().remove(0);
+    part.backend = Box::new(Scripted {
+        answer: part.tokenizer.encode(answer, false).unwrap(),
+        eos: part.tokenizer.eos_token_ids()[0],
+        prompts: HashMap::new(),
+    });
+    let instance = Instance::start(part);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (keep, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let _keep = keep;
+        switchyard_engine::launcher::serve(listener, instance, rx).await
+    });
+    base
+}
+
+const PARSER: [&str; 3] = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"];
+
+const CALLS: &str = "Checking.<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \
+                     \"Paris\"}}\n</tool_call><tool_call>{\"name\": \"time\", \"arguments\": \
+                     {}}</tool_call>";
+
+fn ask(extra: Value) -> Value {
+    let mut body = json!({"messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "max_tokens": 200, "temperature": 0,
+        "tools": [{"type": "function", "function": {"name": "weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+async fn post(base: &str, body: &Value) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn calls_are_read_from_a_whole_answer_and_finish_it_as_tool_calls() {
+    let base = engine(CALLS, &PARSER).await;
+    let (status, answer) = post(&base, &ask(json!({}))).await;
+    assert_eq!(status, 200, "{answer}");
+    let choice = &answer["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{answer}");
+    let message = &choice["message"];
+    assert_eq!(message["content"], "Checking.", "{answer}");
+    let calls = message["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 2, "{answer}");
+    assert_eq!(calls[0]["type"], "function");
+    assert_eq!(calls[0]["function"]["name"], "weather");
+    let arguments: Value =
+        serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(arguments, json!({"city": "Paris"}));
+    assert_eq!(calls[1]["function"]["arguments"], "{}");
+    assert_ne!(calls[0]["id"], calls[1]["id"]);
+    // With `tool_choice: "none"` the text is the answer, as the model wrote it.
+    let (_, answer) = post(&base, &ask(json!({"tool_choice": "none"}))).await;
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+    assert_eq!(answer["choices"][0]["message"]["content"], CALLS);
+    assert!(answer["choices"][0]["message"].get("tool_calls").is_none());
+}
+
+#[tokio::test]
+async fn a_stream_sends_the_text_around_the_calls_and_each_call_whole() {
+    let base = engine(CALLS, &PARSER).await;
+    let text = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&ask(json!({"stream": true, "n": 2})))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let chunks: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    for index in 0..2 {
+        let mine = || {
+            chunks
+                .iter()
+                .map(|c| &c["choices"][0])
+                .filter(move |c| c["index"] == index)
+        };
+        let content: String = mine()
+            .filter_map(|c| c["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(content, "Checking.");
+        let calls: Vec<&Value> = mine()
+            .filter_map(|c| c["delta"]["tool_calls"].as_array())
+            .flatten()
+            .collect();
+        let names: Vec<&str> = calls
+            .iter()
+            .map(|c| c["function"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["weather", "time"]);
+        assert_eq!(calls[1]["index"], 1);
+        let last = mine().next_back().unwrap();
+        assert_eq!(last["finish_reason"], "tool_calls", "{text}");
+    }
+}
+
+#[tokio::test]
+async fn an_answer_without_calls_is_text_and_tools_need_the_parser_to_be_read() {
+    let base = engine("No tool needed.", &PARSER).await;
+    let (status, answer) = post(&base, &ask(json!({"tool_choice": "auto"}))).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+    assert_eq!(
+        answer["choices"][0]["message"]["content"],
+        "No tool needed."
+    );
+    // A call cannot be forced: no guided decoding.
+    let (status, answer) = post(&base, &ask(json!({"tool_choice": "required"}))).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["param"], "tool_choice");
+    // Without the parser `auto` is refused, naming the flags, and `none` is served.
+    let plain = engine(CALLS, &[]).await;
+    let (status, answer) = post(&plain, &ask(json!({}))).await;
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("--enable-auto-tool-choice"), "{message}");
+    let (status, _) = post(&plain, &ask(json!({"tool_choice": "none"}))).await;
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn auto_tool_choice_needs_a_parser() {
+    let args = Flags::parse_from(["engine", "--backend", "sim", "--enable-auto-tool-choice"]);
+    let err = args.engine.build(1).err().expect("refused");
+    assert!(err.to_string().contains("--tool-call-parser"), "{err}");
+}
