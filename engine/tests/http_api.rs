@@ -1124,13 +1124,13 @@ async fn anthropics_messages_api_answers_as_the_same_chat_would() {
     assert_eq!(deltas, text);
     assert_eq!(events[kinds.len() - 2]["delta"]["stop_reason"], stop);
 
-    // What needs tools, thinking or other blocks is refused by name, in the API's own error shape;
-    // so is what a server refuses.
+    // What needs a tool-call parser, thinking or other blocks is refused by name, in the API's
+    // own error shape; so is what a server refuses.
     let hi = json!([{"role": "user", "content": "Hi"}]);
     for (body, named) in [
         (
             json!({"max_tokens": 8, "messages": hi, "tools": [{"name": "ls", "input_schema": {}}]}),
-            "`tools`",
+            "--enable-auto-tool-choice",
         ),
         (
             json!({"max_tokens": 8, "messages": hi, "thinking": {"type": "enabled", "budget_tokens": 9}}),

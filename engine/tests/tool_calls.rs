@@ -1,6 +1,6 @@
 //! Tool calls over real HTTP on loopback: an engine started with `--enable-auto-tool-choice
-//! --tool-call-parser hermes` reads the calls a model writes into `tool_calls`, whole and
-//! streamed. The model here writes a set answer (the sim backend's step times, its text
+//! --tool-call-parser hermes` reads the calls a model writes into `tool_calls` (chat
+//! completions) and `tool_use` blocks (Anthropic's Messages API), whole and streamed. The model here writes a set answer (the sim backend's step times, its text
 //! scripted): no small model at hand writes tool calls on cue.
 
 use clap::Parser;
@@ -85,8 +85,12 @@ fn ask(extra: Value) -> Value {
 }
 
 async fn post(base: &str, body: &Value) -> (u16, Value) {
+    post_to(base, "/v1/chat/completions", body).await
+}
+
+async fn post_to(base: &str, path: &str, body: &Value) -> (u16, Value) {
     let r = reqwest::Client::new()
-        .post(format!("{base}/v1/chat/completions"))
+        .post(format!("{base}{path}"))
         .json(body)
         .send()
         .await
@@ -185,6 +189,105 @@ async fn an_answer_without_calls_is_text_and_tools_need_the_parser_to_be_read() 
     assert!(message.contains("--enable-auto-tool-choice"), "{message}");
     let (status, _) = post(&plain, &ask(json!({"tool_choice": "none"}))).await;
     assert_eq!(status, 200);
+}
+
+/// A Messages API request with a tool, and a conversation that already called it once.
+fn ask_messages(extra: Value) -> Value {
+    let mut body = json!({"max_tokens": 200, "temperature": 0,
+        "tools": [{"name": "weather", "input_schema": {"type": "object"}}],
+        "messages": [
+            {"role": "user", "content": "Weather in Rome?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t0", "name": "weather",
+                "input": {"city": "Rome"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t0",
+                "content": "Sunny."}, {"type": "text", "text": "And Paris?"}]}]});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+#[tokio::test]
+async fn the_messages_api_answers_calls_as_tool_use_blocks() {
+    let base = engine(CALLS, &PARSER).await;
+    let (status, answer) = post_to(&base, "/v1/messages", &ask_messages(json!({}))).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["stop_reason"], "tool_use", "{answer}");
+    let blocks = answer["content"].as_array().unwrap();
+    let kinds: Vec<&str> = blocks.iter().map(|b| b["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["text", "tool_use", "tool_use"], "{answer}");
+    assert_eq!(blocks[0]["text"], "Checking.");
+    assert_eq!(blocks[1]["name"], "weather");
+    assert_eq!(blocks[1]["input"], json!({"city": "Paris"}));
+    assert_eq!(blocks[2]["input"], json!({}));
+    // The conversation's tool use and result reach the prompt: a token count says more than
+    // without them.
+    let (_, with) = post_to(&base, "/v1/messages/count_tokens", &ask_messages(json!({}))).await;
+    let mut bare = ask_messages(json!({}));
+    bare["messages"] = json!([{"role": "user", "content": "And Paris?"}]);
+    let (_, without) = post_to(&base, "/v1/messages/count_tokens", &bare).await;
+    assert!(with["input_tokens"].as_u64() > without["input_tokens"].as_u64());
+    // Streamed: a text block, then each call a block of its own, its input in one delta.
+    let text = reqwest::Client::new()
+        .post(format!("{base}/v1/messages"))
+        .json(&ask_messages(json!({"stream": true})))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let starts: Vec<(u64, &str)> = events
+        .iter()
+        .filter(|e| e["type"] == "content_block_start")
+        .map(|e| {
+            (
+                e["index"].as_u64().unwrap(),
+                e["content_block"]["type"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        starts,
+        [(0, "text"), (1, "tool_use"), (2, "tool_use")],
+        "{text}"
+    );
+    let stops = events
+        .iter()
+        .filter(|e| e["type"] == "content_block_stop")
+        .count();
+    assert_eq!(stops, 3, "{text}");
+    let json_of = |index: u64| -> Value {
+        let partial: String = events
+            .iter()
+            .filter(|e| e["index"] == index && e["delta"]["type"] == "input_json_delta")
+            .map(|e| e["delta"]["partial_json"].as_str().unwrap())
+            .collect();
+        serde_json::from_str(&partial).unwrap()
+    };
+    assert_eq!(json_of(1), json!({"city": "Paris"}));
+    let delta = events
+        .iter()
+        .find(|e| e["type"] == "message_delta")
+        .unwrap();
+    assert_eq!(delta["delta"]["stop_reason"], "tool_use", "{text}");
+    // Without the parser a request with tools is refused in the API's own error shape.
+    let plain = engine(CALLS, &[]).await;
+    let (status, answer) = post_to(&plain, "/v1/messages", &ask_messages(json!({}))).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["type"], "invalid_request_error");
+    let none = ask_messages(json!({"tool_choice": {"type": "none"}}));
+    let (status, answer) = post_to(&plain, "/v1/messages", &none).await;
+    assert_eq!(
+        (status, &answer["stop_reason"]),
+        (200, &json!("end_turn")),
+        "{answer}"
+    );
 }
 
 #[test]

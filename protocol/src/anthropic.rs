@@ -49,7 +49,10 @@ pub struct MessagesRequest {
     /// Whether the answer streams (the API's events).
     #[serde(default)]
     pub stream: Option<bool>,
-    /// Every other field, as the client wrote it (`tool_choice`, `thinking`, ...).
+    /// Which tool the model must call: `{"type": "auto" | "any" | "none" | "tool", "name"}`.
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
+    /// Every other field, as the client wrote it (`thinking`, ...).
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
 }
@@ -106,21 +109,24 @@ impl MessagesRequest {
         .sum()
     }
 
-    /// The first field the request sets that switchyard's engine cannot heed in this API (it
-    /// reads tool calls on chat completions only, and has no extended thinking: `tools`,
-    /// `tool_choice`, `thinking`, ...), if any.
-    pub fn unheeded(&self) -> Option<&str> {
-        if self
-            .tools
+    /// Whether the request gives the model tools (their calls are read from its answer, by an
+    /// engine with a tool-call parser).
+    pub fn gives_tools(&self) -> bool {
+        self.tools
             .as_ref()
             .is_some_and(|t| t.as_array().is_none_or(|l| !l.is_empty()))
-        {
-            return Some("tools");
-        }
+            || self
+                .tool_choice
+                .as_ref()
+                .is_some_and(|c| !c.is_null() && kind_of(c) != Some("none"))
+    }
+
+    /// The first field the request sets that switchyard's engine cannot heed (`thinking`, and
+    /// fields it does not know), if any.
+    pub fn unheeded(&self) -> Option<&str> {
         let asked = |name: &str, value: &Value| match (name, value) {
             (_, Value::Null) => false,
-            ("thinking", v) => v.get("type").and_then(Value::as_str) != Some("disabled"),
-            ("tool_choice", v) => v.get("type").and_then(Value::as_str) != Some("none"),
+            ("thinking", v) => kind_of(v) != Some("disabled"),
             ("service_tier" | "container" | "mcp_servers", _) => false,
             _ => true,
         };
@@ -130,13 +136,18 @@ impl MessagesRequest {
             .map(|(name, _)| name.as_str())
     }
 
-    /// The chat request a conversation of text amounts to: the system prompt first, then each
-    /// message's text (a text, or text blocks joined); other blocks (images, documents, tool
-    /// uses and their results, thinking) refused.
+    /// The chat request the conversation amounts to, as vLLM converts it: the system prompt
+    /// first (its blocks joined, Claude Code's per-request `x-anthropic-billing-header` block
+    /// left out, as it would defeat prefix caching), then each message's text (a text, or text
+    /// blocks); an assistant's `tool_use` blocks become its tool calls, a user's `tool_result`
+    /// blocks tool messages before the rest of it; the tools become function tools, and
+    /// `tool_choice` `auto`, `any`, `none` or `tool` the chat's `auto`, `required`, `none` or
+    /// named tool (`auto` where tools come without one). Other blocks (images, documents,
+    /// thinking) are refused.
     pub fn to_chat(&self) -> Result<ChatCompletionRequest, ApiError> {
         let mut messages = Vec::new();
         if let Some(system) = self.system.as_ref().filter(|s| !s.is_null()) {
-            messages.push(ChatMessage::text("system", text_of(system, "system")?));
+            messages.push(ChatMessage::text("system", system_text(system)?));
         }
         for m in self.messages.as_array().into_iter().flatten() {
             let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
@@ -146,12 +157,28 @@ impl MessagesRequest {
                     format!("A message's `role` must be user or assistant, got `{role}`."),
                 ));
             }
-            let content = match m.get("content").unwrap_or(&Value::Null) {
-                Value::Array(blocks) => MessageContent::Parts(text_parts(blocks, "messages")?),
-                other => MessageContent::Text(text_of(other, "messages")?),
+            let blocks = match m.get("content").unwrap_or(&Value::Null) {
+                Value::Array(blocks) => blocks,
+                other => {
+                    messages.push(ChatMessage::text(role, text_of(other, "messages")?));
+                    continue;
+                }
             };
+            let mut parts = Vec::new();
+            let mut calls = Vec::new();
+            for block in blocks {
+                match (role, kind_of(block)) {
+                    ("assistant", Some("tool_use")) => calls.push(tool_call(block)?),
+                    ("user", Some("tool_result")) => messages.push(tool_result(block)?),
+                    _ => parts.extend(text_parts(std::slice::from_ref(block), "messages")?),
+                }
+            }
+            if parts.is_empty() && calls.is_empty() {
+                continue;
+            }
             messages.push(ChatMessage {
-                content: Some(content),
+                content: (!parts.is_empty()).then_some(MessageContent::Parts(parts)),
+                tool_calls: (!calls.is_empty()).then_some(Value::Array(calls)),
                 ..ChatMessage::text(role, String::new())
             });
         }
@@ -163,12 +190,73 @@ impl MessagesRequest {
             stream: self.stream,
             ..SamplingFields::default()
         };
-        Ok(ChatCompletionRequest::of_messages(
+        let mut chat = ChatCompletionRequest::of_messages(
             self.model.clone(),
             messages,
             self.max_tokens,
             sampling,
-        ))
+        );
+        chat.tools = self.function_tools()?;
+        chat.tool_choice = self.chat_tool_choice()?;
+        if chat.tools.is_some() && chat.tool_choice.is_none() {
+            chat.tool_choice = Some(Value::String("auto".into()));
+        }
+        Ok(chat)
+    }
+
+    /// The tools as the chat API's function tools (`input_schema` as `parameters`).
+    fn function_tools(&self) -> Result<Option<Value>, ApiError> {
+        let Some(tools) = self.tools.as_ref().filter(|t| !t.is_null()) else {
+            return Ok(None);
+        };
+        let Some(tools) = tools.as_array() else {
+            return Err(ApiError::invalid_param("tools", "`tools` must be a list."));
+        };
+        let function = |tool: &Value| {
+            let name = tool
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ApiError::invalid_param("tools", "Each tool needs a `name`."))?;
+            let mut function = serde_json::Map::new();
+            function.insert("name".into(), name.into());
+            if let Some(description) = tool.get("description") {
+                function.insert("description".into(), description.clone());
+            }
+            if let Some(schema) = tool.get("input_schema") {
+                function.insert("parameters".into(), schema.clone());
+            }
+            Ok(serde_json::json!({"type": "function", "function": function}))
+        };
+        let tools = tools.iter().map(function).collect::<Result<Vec<_>, _>>()?;
+        Ok((!tools.is_empty()).then_some(Value::Array(tools)))
+    }
+
+    /// `tool_choice` as the chat API says it.
+    fn chat_tool_choice(&self) -> Result<Option<Value>, ApiError> {
+        let Some(choice) = self.tool_choice.as_ref().filter(|c| !c.is_null()) else {
+            return Ok(None);
+        };
+        let chat = match kind_of(choice) {
+            Some("auto") => "auto".into(),
+            Some("any") => "required".into(),
+            Some("none") => "none".into(),
+            Some("tool") => match choice.get("name").and_then(Value::as_str) {
+                Some(name) => serde_json::json!({"type": "function", "function": {"name": name}}),
+                None => {
+                    return Err(ApiError::invalid_param(
+                        "tool_choice",
+                        "A `tool_choice` of type `tool` needs the tool's `name`.",
+                    ))
+                }
+            },
+            _ => {
+                return Err(ApiError::invalid_param(
+                    "tool_choice",
+                    "`tool_choice` must be an object of type `auto`, `any`, `tool` or `none`.",
+                ))
+            }
+        };
+        Ok(Some(chat))
     }
 
     /// The user the request is for (`metadata.user_id`), if it names one: agents such as
@@ -192,6 +280,68 @@ fn text_of(content: &Value, field: &str) -> Result<String, ApiError> {
             format!("`{field}` content must be a text or a list of content blocks."),
         )),
     }
+}
+
+/// The `type` of a block or choice.
+fn kind_of(value: &Value) -> Option<&str> {
+    value.get("type").and_then(Value::as_str)
+}
+
+/// Where Claude Code puts a per-request hash in its system prompt (vLLM leaves the block out).
+const BILLING_HEADER: &str = "x-anthropic-billing-header";
+
+/// The system prompt's text: a text, or text blocks joined with nothing between them, the
+/// billing header's left out.
+fn system_text(system: &Value) -> Result<String, ApiError> {
+    let Value::Array(blocks) = system else {
+        return text_of(system, "system");
+    };
+    Ok(text_parts(blocks, "system")?
+        .into_iter()
+        .filter_map(|p| p.text)
+        .filter(|t| !t.starts_with(BILLING_HEADER))
+        .collect())
+}
+
+/// An assistant's `tool_use` block as a chat tool call (its input as JSON text).
+fn tool_call(block: &Value) -> Result<Value, ApiError> {
+    let field = |name: &str| block.get(name).and_then(Value::as_str);
+    let (Some(id), Some(name)) = (field("id"), field("name")) else {
+        return Err(ApiError::invalid_param(
+            "messages",
+            "A `tool_use` block needs its `id` and `name`.",
+        ));
+    };
+    let input = block
+        .get("input")
+        .cloned()
+        .unwrap_or(Value::Object(Default::default()));
+    Ok(serde_json::json!({"id": id, "type": "function",
+        "function": {"name": name, "arguments": input.to_string()}}))
+}
+
+/// A user's `tool_result` block as the chat's tool message (its text blocks joined by
+/// newlines, as vLLM joins them).
+fn tool_result(block: &Value) -> Result<ChatMessage, ApiError> {
+    let Some(id) = block.get("tool_use_id").and_then(Value::as_str) else {
+        return Err(ApiError::invalid_param(
+            "messages",
+            "A `tool_result` block needs its `tool_use_id`.",
+        ));
+    };
+    let text = match block.get("content").unwrap_or(&Value::Null) {
+        Value::Null => String::new(),
+        Value::Array(blocks) => text_parts(blocks, "messages")?
+            .into_iter()
+            .filter_map(|p| p.text)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        other => text_of(other, "messages")?,
+    };
+    Ok(ChatMessage {
+        tool_call_id: Some(id.to_string()),
+        ..ChatMessage::text("tool", text)
+    })
 }
 
 /// Text blocks as chat text parts (a message's, which a template that takes text joins by
@@ -385,10 +535,74 @@ mod tests {
             Some("messages")
         );
         let tools = request(json!({"max_tokens": 8, "messages": [], "tools": [{"name": "ls"}]}));
-        assert_eq!(tools.unheeded(), Some("tools"));
+        assert_eq!(tools.unheeded(), None);
+        assert!(tools.gives_tools());
+        assert!(!r.gives_tools(), "a tool_choice of none gives none");
         let thinking = request(json!({"max_tokens": 8, "messages": [],
             "thinking": {"type": "enabled", "budget_tokens": 10}}));
         assert_eq!(thinking.unheeded(), Some("thinking"));
+    }
+
+    #[test]
+    fn tool_uses_results_and_tools_read_as_the_chats_as_vllm_converts_them() {
+        let r = request(json!({"max_tokens": 8,
+            "system": [{"type": "text", "text": "x-anthropic-billing-header: cc=1;"},
+                       {"type": "text", "text": "You code."}],
+            "tools": [{"name": "ls", "description": "Lists files.",
+                       "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "any"},
+            "messages": [
+                {"role": "user", "content": "What is here?"},
+                {"role": "assistant", "content": [{"type": "text", "text": "Looking."},
+                    {"type": "tool_use", "id": "t1", "name": "ls", "input": {"path": "."}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                    "content": [{"type": "text", "text": "a.rs"}, {"type": "text", "text": "b.rs"}]},
+                    {"type": "text", "text": "Thanks."}]}]}));
+        let chat = r.to_chat().unwrap();
+        let roles: Vec<&str> = chat.messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "tool", "user"]);
+        assert_eq!(
+            chat.messages[0].content,
+            Some(MessageContent::Text("You code.".into()))
+        );
+        assert_eq!(
+            chat.messages[2].tool_calls,
+            Some(json!([{"id": "t1", "type": "function",
+                "function": {"name": "ls", "arguments": "{\"path\":\".\"}"}}]))
+        );
+        assert_eq!(chat.messages[3].tool_call_id.as_deref(), Some("t1"));
+        assert_eq!(
+            chat.messages[3].content,
+            Some(MessageContent::Text("a.rs\nb.rs".into()))
+        );
+        assert_eq!(
+            chat.tools,
+            Some(json!([{"type": "function", "function": {"name": "ls",
+                "description": "Lists files.", "parameters": {"type": "object"}}}]))
+        );
+        assert_eq!(chat.tool_choice, Some(json!("required")));
+        // Tools without a choice are `auto`; a named tool is the chat's named function.
+        let mut auto = r.clone();
+        auto.tool_choice = None;
+        assert_eq!(auto.to_chat().unwrap().tool_choice, Some(json!("auto")));
+        auto.tool_choice = Some(json!({"type": "tool", "name": "ls"}));
+        assert_eq!(
+            auto.to_chat().unwrap().tool_choice,
+            Some(json!({"type": "function", "function": {"name": "ls"}}))
+        );
+        for (field, bad) in [
+            ("tool_choice", json!({"type": "tool"})),
+            ("tool_choice", json!({"type": "sometimes"})),
+            ("tools", json!([{"description": "no name"}])),
+        ] {
+            let mut wrong = r.clone();
+            match field {
+                "tools" => wrong.tools = Some(bad.clone()),
+                _ => wrong.tool_choice = Some(bad.clone()),
+            }
+            let e = wrong.to_chat().unwrap_err();
+            assert_eq!(e.body.error.param.as_deref(), Some(field), "{bad}");
+        }
     }
 
     #[test]

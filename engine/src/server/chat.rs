@@ -220,7 +220,7 @@ fn check_response_format(req: &ChatCompletionRequest) -> Result<(), ApiError> {
 /// (`--enable-auto-tool-choice`). Refuses, as vLLM does, what the engine cannot do: `"auto"`
 /// without a parser, and `"required"` or a named tool, which need guided decoding to force a
 /// call. `"none"` passes the tools to the chat template only (vLLM's default).
-fn reads_tool_calls(
+pub(super) fn reads_tool_calls(
     req: &ChatCompletionRequest,
     parser: Option<ToolCallParser>,
 ) -> Result<bool, ApiError> {

@@ -2,19 +2,25 @@
 //! text (the system prompt, then the messages) with the chat template as the same chat would
 //! be, and answers one text block, whole or as the API's stream of events (`message_start` ...
 //! `content_block_delta` ... `message_stop`); `POST /v1/messages/count_tokens` counts its prompt.
-//! Tools, extended thinking and blocks other than text (images, documents) are refused, naming
-//! the field. Errors take the API's own shape (`{"type": "error", "error": {"type", "message"}}`),
+//! Tools are served as on chat completions (the conversation's `tool_use` and `tool_result`
+//! blocks rendered as the chat's tool calls and tool messages; with `--enable-auto-tool-choice`
+//! the calls the model writes come back as `tool_use` blocks, `stop_reason: "tool_use"`).
+//! Extended thinking and blocks other than text (images, documents) are refused, naming the
+//! field. Errors take the API's own shape (`{"type": "error", "error": {"type", "message"}}`),
 //! as vLLM answers them.
 
-use super::chat::start_rendered;
+use super::chat::{reads_tool_calls, start_rendered};
 use super::errors::{HttpError, OpenAiJson};
 use super::sse::{event_stream, named_event as event};
+use super::tool_calls::{read_whole, Read, ToolCalls};
 use super::{check_model, RequestId};
 use crate::instance::Instance;
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
+use std::convert::Infallible;
 use std::sync::Arc;
 use switchyard_http::anthropic_error_response;
 use switchyard_protocol::anthropic::MessagesRequest;
@@ -52,44 +58,156 @@ async fn answer(
     let OpenAiJson(req) = body?;
     req.check(true)?;
     let (model, chat, prompt) = rendered(instance, &req)?;
+    let reads_calls = reads_tool_calls(&chat, instance.info.tool_call_parser)?;
     let (mut generation, params) = start_rendered(instance, request_id, &chat, prompt).await?;
     let id = format!("msg_{request_id}");
     if !params.stream {
         let choice = generation.collect().await.pop();
         let (text, finish) = choice.map_or((String::new(), None), |c| (c.text, c.finish));
         let usage = generation.usage();
-        let (stop_reason, stop_sequence) = stop_of(finish);
+        let (content, calls) = match reads_calls {
+            true => read_whole(request_id, 0, &text),
+            false => (Some(text), Vec::new()),
+        };
+        let mut blocks: Vec<Value> = content
+            .filter(|t| !(reads_calls && t.is_empty()))
+            .map(|text| json!({"type": "text", "text": text}))
+            .into_iter()
+            .collect();
+        blocks.extend(calls.iter().map(tool_use));
+        let (stop_reason, stop_sequence) = stop_of(finish, !calls.is_empty());
         return Ok(
             Json(json!({"id": id, "type": "message", "role": "assistant",
-            "model": model, "content": [{"type": "text", "text": text}],
+            "model": model, "content": blocks,
             "stop_reason": stop_reason, "stop_sequence": stop_sequence,
             "usage": usage_of(&usage)}))
             .into_response(),
         );
     }
     let input_tokens = generation.usage().prompt_tokens;
+    let mut reading = reads_calls.then(|| ToolCalls::new(request_id, 0));
     let stream = async_stream::stream! {
         yield event("message_start", json!({"message": {"id": id, "type": "message",
             "role": "assistant", "model": model, "content": [], "stop_reason": null,
             "stop_sequence": null, "usage": {"input_tokens": input_tokens, "output_tokens": 0}}}));
-        yield event("content_block_start", json!({"index": 0, "content_block": {"type": "text", "text": ""}}));
+        let mut blocks = Blocks::default();
+        if reading.is_none() {
+            yield blocks.open_text();
+        }
         let mut finish = None;
         while let Some(update) = generation.next().await {
-            if !update.text.is_empty() {
-                yield event("content_block_delta", json!({"index": 0, "delta": {"type": "text_delta", "text": update.text}}));
+            let read = match reading.as_mut() {
+                Some(reading) => {
+                    let mut read = reading.push(&update.text);
+                    if update.finish.is_some() {
+                        let rest = reading.finish();
+                        read.content.push_str(&rest.content);
+                        read.calls.extend(rest.calls);
+                    }
+                    read
+                }
+                None => Read { content: update.text, calls: Vec::new() },
+            };
+            for e in blocks.text(&read.content) {
+                yield e;
+            }
+            for call in &read.calls {
+                for e in blocks.tool_use(&call.call) {
+                    yield e;
+                }
             }
             if update.finish.is_some() {
                 finish = update.finish;
             }
         }
-        yield event("content_block_stop", json!({"index": 0}));
-        let (stop_reason, stop_sequence) = stop_of(finish);
+        if let Some(e) = blocks.close() {
+            yield e;
+        }
+        let called = reading.as_ref().is_some_and(ToolCalls::called);
+        let (stop_reason, stop_sequence) = stop_of(finish, called);
         let usage = generation.usage();
         yield event("message_delta", json!({"delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
             "usage": {"output_tokens": usage.completion_tokens}}));
         yield event("message_stop", json!({}));
     };
     Ok(event_stream(stream))
+}
+
+/// A streamed answer's content blocks, each opened when what it holds arrives: text deltas go
+/// to the open text block (opening one if none is open), a tool call closes it and is sent
+/// whole as a `tool_use` block of its own.
+#[derive(Default)]
+struct Blocks {
+    /// Blocks started so far.
+    started: u32,
+    /// Whether the last one started is a text block still open.
+    text_open: bool,
+}
+
+type Event = Result<Bytes, Infallible>;
+
+impl Blocks {
+    /// Opens a text block.
+    fn open_text(&mut self) -> Event {
+        self.text_open = true;
+        self.started += 1;
+        event(
+            "content_block_start",
+            json!({"index": self.started - 1,
+            "content_block": {"type": "text", "text": ""}}),
+        )
+    }
+
+    /// The events of `text` (none when it is empty).
+    fn text(&mut self, text: &str) -> Vec<Event> {
+        if text.is_empty() {
+            return Vec::new();
+        }
+        let mut events = Vec::new();
+        if !self.text_open {
+            events.push(self.open_text());
+        }
+        events.push(event(
+            "content_block_delta",
+            json!({"index": self.started - 1,
+            "delta": {"type": "text_delta", "text": text}}),
+        ));
+        events
+    }
+
+    /// The events of a whole tool call.
+    fn tool_use(&mut self, call: &ToolCall) -> Vec<Event> {
+        let mut events: Vec<Event> = self.close().into_iter().collect();
+        let index = self.started;
+        self.started += 1;
+        events.push(event(
+            "content_block_start",
+            json!({"index": index, "content_block":
+            {"type": "tool_use", "id": call.id, "name": call.function.name, "input": {}}}),
+        ));
+        events.push(event(
+            "content_block_delta",
+            json!({"index": index, "delta":
+            {"type": "input_json_delta", "partial_json": call.function.arguments}}),
+        ));
+        events.push(event("content_block_stop", json!({"index": index})));
+        events
+    }
+
+    /// Closes the open text block, if one is.
+    fn close(&mut self) -> Option<Event> {
+        std::mem::take(&mut self.text_open)
+            .then(|| event("content_block_stop", json!({"index": self.started - 1})))
+    }
+}
+
+/// A tool call as the Messages API's `tool_use` block: its arguments as the `input` object.
+fn tool_use(call: &ToolCall) -> Value {
+    let input = serde_json::from_str::<Value>(&call.function.arguments)
+        .ok()
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({}));
+    json!({"type": "tool_use", "id": call.id, "name": call.function.name, "input": input})
 }
 
 /// The token count of `body`'s conversation.
@@ -113,9 +231,8 @@ fn rendered(
         return Err(ApiError::invalid_param(
             name,
             format!(
-                "`{name}` is not supported by switchyard's engine's Messages API (it reads tool \
-                 calls on `/v1/chat/completions` only, and has no extended thinking; vLLM and \
-                 SGLang serve it)."
+                "`{name}` is not supported by switchyard's engine (no extended thinking; vLLM \
+                 and SGLang serve it)."
             ),
         ));
     }
@@ -128,9 +245,14 @@ fn rendered(
     Ok((model, chat, prompt))
 }
 
-/// Why an answer ended, as the Messages API says it: (`stop_reason`, `stop_sequence`).
-fn stop_of(finish: Option<(FinishReason, Option<StopReason>)>) -> (&'static str, Value) {
+/// Why an answer ended, as the Messages API says it: (`stop_reason`, `stop_sequence`); one
+/// that `called` tools ended for them.
+fn stop_of(
+    finish: Option<(FinishReason, Option<StopReason>)>,
+    called: bool,
+) -> (&'static str, Value) {
     match finish {
+        Some((FinishReason::Stop, _)) if called => ("tool_use", Value::Null),
         Some((FinishReason::Length, _)) => ("max_tokens", Value::Null),
         Some((FinishReason::Stop, Some(StopReason::Text(sequence)))) => {
             ("stop_sequence", Value::String(sequence))

@@ -34,7 +34,7 @@ pub fn prepare(body: &[u8], model: &ServedModel, generates: bool) -> Result<Prep
 /// it is one and the gateway holds them.
 fn rendered(req: &MessagesRequest, model: &ServedModel) -> Option<Vec<u32>> {
     let tokenizer = model.tokenizer.as_ref()?;
-    if req.unheeded().is_some() {
+    if req.unheeded().is_some() || req.gives_tools() {
         return None;
     }
     let chat = req.to_chat().ok()?;
