@@ -30,15 +30,54 @@ pub fn template_messages(messages: &[ChatMessage]) -> Result<Vec<TemplateMessage
                     format!("Unknown message role {:?}.", m.role),
                 ));
             }
+            let tool_calls = match m.role.as_str() {
+                "assistant" => template_tool_calls(m.tool_calls.as_ref())?,
+                _ => m.tool_calls.clone(),
+            };
             Ok(TemplateMessage {
                 role: m.role.clone(),
                 content: flat_content(m.content.as_ref())?,
-                tool_calls: m.tool_calls.clone(),
+                tool_calls,
                 tool_call_id: m.tool_call_id.clone(),
                 name: m.name.clone(),
             })
         })
         .collect()
+}
+
+/// An assistant's tool calls as chat templates take them, as vLLM and transformers hand them
+/// over: each call's `arguments` parsed from its JSON text into the object it holds (none or
+/// empty: `{}`), so a template writes them with its own `tojson`; an empty list is no calls.
+fn template_tool_calls(
+    calls: Option<&serde_json::Value>,
+) -> Result<Option<serde_json::Value>, ApiError> {
+    let Some(serde_json::Value::Array(calls)) = calls else {
+        return Ok(calls.cloned());
+    };
+    if calls.is_empty() {
+        return Ok(None);
+    }
+    let mut parsed = calls.clone();
+    for call in &mut parsed {
+        let Some(arguments) = call
+            .get_mut("function")
+            .and_then(|f| f.get_mut("arguments"))
+        else {
+            continue;
+        };
+        *arguments = match &*arguments {
+            serde_json::Value::Null => serde_json::json!({}),
+            serde_json::Value::String(text) if text.is_empty() => serde_json::json!({}),
+            serde_json::Value::String(text) => serde_json::from_str(text).map_err(|e| {
+                ApiError::invalid_param(
+                    "messages",
+                    format!("A tool call's `arguments` must be JSON: {e}."),
+                )
+            })?,
+            other => other.clone(),
+        };
+    }
+    Ok(Some(serde_json::Value::Array(parsed)))
 }
 
 /// Whether every message's content is text (a string, or parts that are all `text`): what a
@@ -158,6 +197,34 @@ mod tests {
 
     fn request(body: serde_json::Value) -> ChatCompletionRequest {
         serde_json::from_value(body).unwrap()
+    }
+
+    #[test]
+    fn tool_call_arguments_reach_the_template_as_objects() {
+        let call = |arguments: serde_json::Value| {
+            serde_json::json!([{"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "f", "arguments": arguments}}]}])
+        };
+        let messages: Vec<ChatMessage> =
+            serde_json::from_value(call(serde_json::json!("{\"b\":1,\"a\":[2]}"))).unwrap();
+        let flat = template_messages(&messages).unwrap();
+        let arguments = &flat[0].tool_calls.as_ref().unwrap()[0]["function"]["arguments"];
+        assert_eq!(arguments, &serde_json::json!({"b": 1, "a": [2]}));
+        for empty in [serde_json::json!(""), serde_json::json!(null)] {
+            let messages: Vec<ChatMessage> = serde_json::from_value(call(empty)).unwrap();
+            let flat = template_messages(&messages).unwrap();
+            let arguments = &flat[0].tool_calls.as_ref().unwrap()[0]["function"]["arguments"];
+            assert_eq!(arguments, &serde_json::json!({}));
+        }
+        let messages: Vec<ChatMessage> =
+            serde_json::from_value(call(serde_json::json!("{not json"))).unwrap();
+        let e = template_messages(&messages).unwrap_err();
+        assert_eq!(e.body.error.param.as_deref(), Some("messages"));
+        let none: Vec<ChatMessage> = serde_json::from_value(
+            serde_json::json!([{"role": "assistant", "content": "x", "tool_calls": []}]),
+        )
+        .unwrap();
+        assert_eq!(template_messages(&none).unwrap()[0].tool_calls, None);
     }
 
     #[test]
