@@ -1027,11 +1027,15 @@ async fn the_responses_api_answers_keeps_and_continues_conversations() {
 }
 
 #[tokio::test]
-async fn the_responses_api_refuses_what_needs_tools_background_or_images() {
+async fn the_responses_api_refuses_what_needs_a_parser_background_or_images() {
     let e = start(&[]).await;
     for (body, param) in [
         (
             json!({"input": "x", "tools": [{"type": "function", "name": "f", "parameters": {}}]}),
+            "tool_choice",
+        ),
+        (
+            json!({"input": "x", "tools": [{"type": "web_search"}]}),
             "tools",
         ),
         (json!({"input": "x", "background": true}), "background"),
@@ -1044,7 +1048,11 @@ async fn the_responses_api_refuses_what_needs_tools_background_or_images() {
             "input",
         ),
         (
-            json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}),
+            json!({"input": [{"type": "reasoning", "summary": []}]}),
+            "input",
+        ),
+        (
+            json!({"input": [{"type": "function_call", "name": "f"}]}),
             "input",
         ),
         (json!({"input": 7}), "input"),

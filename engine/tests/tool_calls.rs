@@ -1,6 +1,7 @@
 //! Tool calls over real HTTP on loopback: an engine started with `--enable-auto-tool-choice
 //! --tool-call-parser hermes` reads the calls a model writes into `tool_calls` (chat
-//! completions) and `tool_use` blocks (Anthropic's Messages API), whole and streamed. The model here writes a set answer (the sim backend's step times, its text
+//! completions), `tool_use` blocks (Anthropic's Messages API) and `function_call` items (the
+//! Responses API), whole and streamed. The model here writes a set answer (the sim backend's step times, its text
 //! scripted): no small model at hand writes tool calls on cue.
 
 use clap::Parser;
@@ -287,6 +288,101 @@ async fn the_messages_api_answers_calls_as_tool_use_blocks() {
         (status, &answer["stop_reason"]),
         (200, &json!("end_turn")),
         "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn the_responses_api_answers_calls_as_function_call_items_and_keeps_them() {
+    let base = engine(CALLS, &PARSER).await;
+    let ask = json!({"input": "Weather in Paris?", "temperature": 0,
+        "tools": [{"type": "function", "name": "weather", "parameters": {"type": "object"}}]});
+    let (status, answer) = post_to(&base, "/v1/responses", &ask).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["status"], "completed");
+    let output = answer["output"].as_array().unwrap();
+    let kinds: Vec<&str> = output.iter().map(|i| i["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["message", "function_call", "function_call"],
+        "{answer}"
+    );
+    assert_eq!(output[0]["content"][0]["text"], "Checking.");
+    assert_eq!(output[1]["name"], "weather");
+    let arguments: Value = serde_json::from_str(output[1]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(arguments, json!({"city": "Paris"}));
+    assert_eq!(answer["tools"], ask["tools"]);
+    // A follow-up answers the calls by their ids: the stored conversation holds them.
+    let call_id = output[1]["call_id"].as_str().unwrap();
+    let follow = json!({"previous_response_id": answer["id"], "tools": ask["tools"],
+        "input": [{"type": "function_call_output", "call_id": call_id, "output": "Sunny."}]});
+    let (status, next) = post_to(&base, "/v1/responses", &follow).await;
+    assert_eq!(status, 200, "{next}");
+    assert!(
+        next["usage"]["input_tokens"].as_u64() > answer["usage"]["input_tokens"].as_u64(),
+        "{next}"
+    );
+    // Streamed: the message item, then each call an item of its own, its arguments in one delta.
+    let mut streamed = ask.clone();
+    streamed["stream"] = json!(true);
+    let text = reqwest::Client::new()
+        .post(format!("{base}/v1/responses"))
+        .json(&streamed)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let added: Vec<(u64, &str)> = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_item.added")
+        .map(|e| {
+            (
+                e["output_index"].as_u64().unwrap(),
+                e["item"]["type"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        added,
+        [(0, "message"), (1, "function_call"), (2, "function_call")],
+        "{text}"
+    );
+    let deltas: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "response.function_call_arguments.delta")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas.len(), 2, "{text}");
+    let sequence: Vec<u64> = events
+        .iter()
+        .map(|e| e["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert!(
+        sequence.windows(2).all(|w| w[1] == w[0] + 1),
+        "{sequence:?}"
+    );
+    let done = events.last().unwrap();
+    assert_eq!(done["type"], "response.completed", "{text}");
+    // The same items as the whole answer's, but for their ids (each request's own).
+    let without_ids = |items: &Value| -> Vec<Value> {
+        let mut items = items.as_array().unwrap().clone();
+        for item in &mut items {
+            let item = item.as_object_mut().unwrap();
+            item.remove("id");
+            item.remove("call_id");
+        }
+        items
+    };
+    assert_eq!(
+        without_ids(&done["response"]["output"]),
+        without_ids(&answer["output"]),
+        "{text}"
     );
 }
 

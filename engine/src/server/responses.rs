@@ -3,12 +3,16 @@
 //! `instructions`) with the chat template and answers one output message, whole or as the
 //! API's stream of events; a response is kept (`store`, by default) for `GET
 //! /v1/responses/{id}` and for follow-ups, the oldest forgotten past `--max-stored-responses`.
-//! What needs tool calls (read on chat completions only), background runs, structured output
-//! or images is refused, naming the field.
+//! Function tools are served as on chat completions: the input's function calls and their
+//! outputs rendered as the chat's tool calls and tool messages, and with
+//! `--enable-auto-tool-choice` the calls the model writes answered as `function_call` output
+//! items (streamed each whole: added, its arguments in one delta, done). What needs background
+//! runs, structured output, reasoning, hosted tools or images is refused, naming the field.
 
-use super::chat::start_rendered;
+use super::chat::{reads_tool_calls, start_rendered};
 use super::errors::{HttpError, OpenAiJson};
 use super::sse::{event_stream, named_event};
+use super::tool_calls::{read_whole, Read, ToolCalls};
 use super::{check_model, RequestId};
 use crate::instance::stored_responses::{Stored, StoredResponses};
 use crate::instance::Instance;
@@ -34,9 +38,8 @@ pub async fn create(
         return Err(ApiError::invalid_param(
             name,
             format!(
-                "`{name}` is not supported by switchyard's engine's Responses API (it reads tool \
-                 calls on `/v1/chat/completions` only, and has no background runs or structured \
-                 output; vLLM and SGLang serve it)."
+                "`{name}` is not supported by switchyard's engine (no background runs, \
+                 structured output or reasoning; vLLM and SGLang serve it)."
             ),
         )
         .into());
@@ -50,7 +53,8 @@ pub async fn create(
         None => Vec::new(),
     };
     conversation.extend(req.input_messages()?);
-    let chat = chat_request(&req, &conversation);
+    let chat = chat_request(&req, &conversation)?;
+    let reads_calls = reads_tool_calls(&chat, instance.info.tool_call_parser)?;
     let prompt = chat_prompt(
         instance.chat_template.as_deref(),
         &instance.tokenizer,
@@ -69,42 +73,131 @@ pub async fn create(
     if !params.stream {
         let choice = generation.collect().await.pop();
         let (text, finish) = choice.map_or((String::new(), None), |c| (c.text, c.finish));
-        let response = answer.response(&text, finish.map(|f| f.0), Some(&generation.usage()));
-        answer.keep(&instance.stored_responses, &response, conversation, text);
+        let said = match reads_calls {
+            true => {
+                let (content, calls) = read_whole(&request_id, 0, &text);
+                Said::of(content.unwrap_or_default(), calls)
+            }
+            false => Said::of(text, Vec::new()),
+        };
+        let response = answer.response(&said, finish.map(|f| f.0), Some(&generation.usage()));
+        answer.keep(&instance.stored_responses, &response, conversation, said);
         return Ok(Json(response).into_response());
     }
     let keeper = instance.clone();
+    let mut reading = reads_calls.then(|| ToolCalls::new(&request_id, 0));
     let stream = async_stream::stream! {
         let mut events = Events::default();
-        yield events.next("response.created", json!({"response": answer.response("", None, None)}));
-        yield events.next("response.in_progress", json!({"response": answer.response("", None, None)}));
-        yield events.next("response.output_item.added", json!({"output_index": 0, "item": answer.message("", "in_progress")}));
-        yield events.next("response.content_part.added", json!({"item_id": answer.message_id, "output_index": 0, "content_index": 0, "part": text_part("")}));
-        let mut text = String::new();
+        let mut said = Said::default();
+        yield events.next("response.created", json!({"response": answer.response(&said, None, None)}));
+        yield events.next("response.in_progress", json!({"response": answer.response(&said, None, None)}));
+        if reading.is_none() {
+            for e in answer.open_message(&mut events, &mut said) {
+                yield e;
+            }
+        }
         let mut finish = None;
         while let Some(update) = generation.next().await {
-            if !update.text.is_empty() {
-                yield events.next("response.output_text.delta", json!({"item_id": answer.message_id, "output_index": 0, "content_index": 0, "delta": update.text}));
-                text.push_str(&update.text);
+            let read = match reading.as_mut() {
+                Some(reading) => {
+                    let mut read = reading.push(&update.text);
+                    if update.finish.is_some() {
+                        let rest = reading.finish();
+                        read.content.push_str(&rest.content);
+                        read.calls.extend(rest.calls);
+                    }
+                    read
+                }
+                None => Read { content: update.text, calls: Vec::new() },
+            };
+            if !read.content.is_empty() {
+                if said.message_at.is_none() {
+                    for e in answer.open_message(&mut events, &mut said) {
+                        yield e;
+                    }
+                }
+                let at = said.message_at.unwrap_or_default();
+                yield events.next("response.output_text.delta", json!({"item_id": answer.message_id, "output_index": at, "content_index": 0, "delta": read.content}));
+                said.text.push_str(&read.content);
+            }
+            for chunk in read.calls {
+                let (at, call) = (said.order.len(), &chunk.call);
+                let (item_id, arguments) = (function_call_id(call), &call.function.arguments);
+                yield events.next("response.output_item.added", json!({"output_index": at, "item": function_call(call, "", "in_progress")}));
+                yield events.next("response.function_call_arguments.delta", json!({"item_id": item_id, "output_index": at, "delta": arguments}));
+                yield events.next("response.function_call_arguments.done", json!({"item_id": item_id, "output_index": at, "arguments": arguments}));
+                yield events.next("response.output_item.done", json!({"output_index": at, "item": function_call(call, arguments, "completed")}));
+                said.order.push(Slot::Call(said.calls.len()));
+                said.calls.push(chunk.call);
             }
             if let Some(f) = update.finish {
                 finish = Some(f.0);
             }
         }
-        yield events.next("response.output_text.done", json!({"item_id": answer.message_id, "output_index": 0, "content_index": 0, "text": text}));
-        yield events.next("response.content_part.done", json!({"item_id": answer.message_id, "output_index": 0, "content_index": 0, "part": text_part(&text)}));
-        let status = item_status(finish.unwrap_or(FinishReason::Error));
-        yield events.next("response.output_item.done", json!({"output_index": 0, "item": answer.message(&text, status)}));
-        let response = answer.response(&text, finish, Some(&generation.usage()));
+        if let Some(at) = said.message_at {
+            let text = &said.text;
+            yield events.next("response.output_text.done", json!({"item_id": answer.message_id, "output_index": at, "content_index": 0, "text": text}));
+            yield events.next("response.content_part.done", json!({"item_id": answer.message_id, "output_index": at, "content_index": 0, "part": text_part(text)}));
+            let status = item_status(finish.unwrap_or(FinishReason::Error));
+            yield events.next("response.output_item.done", json!({"output_index": at, "item": answer.message(text, status)}));
+        }
+        let response = answer.response(&said, finish, Some(&generation.usage()));
         let kind = match response["status"].as_str() {
             Some("completed") => "response.completed",
             Some("incomplete") => "response.incomplete",
             _ => "response.failed",
         };
-        answer.keep(&keeper.stored_responses, &response, conversation, text);
+        answer.keep(&keeper.stored_responses, &response, conversation, said);
         yield events.next(kind, json!({"response": response}));
     };
     Ok(event_stream(stream))
+}
+
+/// What an answer said: its text and the tools it called, in the order of their output items.
+#[derive(Debug, Default)]
+struct Said {
+    text: String,
+    calls: Vec<ToolCall>,
+    /// The output items in order.
+    order: Vec<Slot>,
+    /// The message item's output index, once it is added.
+    message_at: Option<usize>,
+}
+
+/// One output item: the message, or a function call (by its place among the calls).
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Message,
+    Call(usize),
+}
+
+impl Said {
+    /// A whole answer: its message (when it has text, or calls nothing), then its calls.
+    fn of(text: String, calls: Vec<ToolCall>) -> Self {
+        let message = !text.is_empty() || calls.is_empty();
+        let order = message
+            .then_some(Slot::Message)
+            .into_iter()
+            .chain((0..calls.len()).map(Slot::Call))
+            .collect();
+        Said {
+            text,
+            calls,
+            order,
+            message_at: message.then_some(0),
+        }
+    }
+}
+
+/// A function call as the Responses API's output item, with `arguments` so far.
+fn function_call(call: &ToolCall, arguments: &str, status: &str) -> Value {
+    json!({"type": "function_call", "id": function_call_id(call), "call_id": call.id,
+        "name": call.function.name, "arguments": arguments, "status": status})
+}
+
+/// The output item id of a function call.
+fn function_call_id(call: &ToolCall) -> String {
+    format!("fc_{}", call.id)
 }
 
 /// `GET /v1/responses/{id}`.
@@ -144,8 +237,12 @@ fn unknown(id: &str) -> HttpError {
     .into()
 }
 
-/// The chat request the conversation amounts to, after the request's instructions.
-fn chat_request(req: &ResponsesRequest, conversation: &[ChatMessage]) -> ChatCompletionRequest {
+/// The chat request the conversation amounts to, after the request's instructions, with the
+/// request's function tools.
+fn chat_request(
+    req: &ResponsesRequest,
+    conversation: &[ChatMessage],
+) -> Result<ChatCompletionRequest, ApiError> {
     let instructions = req
         .instructions
         .as_ref()
@@ -160,7 +257,11 @@ fn chat_request(req: &ResponsesRequest, conversation: &[ChatMessage]) -> ChatCom
         stream: req.stream,
         ..SamplingFields::default()
     };
-    ChatCompletionRequest::of_messages(None, messages, req.max_output_tokens, sampling)
+    let mut chat =
+        ChatCompletionRequest::of_messages(None, messages, req.max_output_tokens, sampling);
+    chat.tools = req.function_tools()?;
+    chat.tool_choice = req.chat_tool_choice()?;
+    Ok(chat)
 }
 
 /// `e`, raised while checking the chat request a response amounts to, naming the Responses
@@ -177,7 +278,7 @@ fn in_responses_terms(mut e: ApiError) -> ApiError {
 /// The status of an output item whose answer ended for `reason`.
 fn item_status(reason: FinishReason) -> &'static str {
     match reason {
-        FinishReason::Stop => "completed",
+        FinishReason::Stop | FinishReason::ToolCalls => "completed",
         _ => "incomplete",
     }
 }
@@ -207,9 +308,20 @@ impl Answer {
             "content": content})
     }
 
+    /// Adds the output message item, at the next output index, to a stream: its `added` events.
+    fn open_message(&self, events: &mut Events, said: &mut Said) -> [Event; 2] {
+        let at = said.order.len();
+        said.order.push(Slot::Message);
+        said.message_at = Some(at);
+        [
+            events.next("response.output_item.added", json!({"output_index": at, "item": self.message("", "in_progress")})),
+            events.next("response.content_part.added", json!({"item_id": self.message_id, "output_index": at, "content_index": 0, "part": text_part("")})),
+        ]
+    }
+
     /// The response object: in progress until `finish`, then completed, incomplete (its token
     /// limit reached) or failed.
-    fn response(&self, text: &str, finish: Option<FinishReason>, usage: Option<&Usage>) -> Value {
+    fn response(&self, said: &Said, finish: Option<FinishReason>, usage: Option<&Usage>) -> Value {
         let (status, incomplete, error) = match finish {
             None => ("in_progress", Value::Null, Value::Null),
             Some(FinishReason::Stop | FinishReason::ToolCalls) => {
@@ -226,9 +338,19 @@ impl Answer {
                 json!({"code": "server_error", "message": format!("The answer ended: {}.", reason.as_str())}),
             ),
         };
-        let output = match finish {
-            None => json!([]),
-            Some(reason) => json!([self.message(text, item_status(reason))]),
+        let output: Vec<Value> = match finish {
+            None => Vec::new(),
+            Some(reason) => said
+                .order
+                .iter()
+                .map(|slot| match *slot {
+                    Slot::Message => self.message(&said.text, item_status(reason)),
+                    Slot::Call(i) => {
+                        let call = &said.calls[i];
+                        function_call(call, &call.function.arguments, "completed")
+                    }
+                })
+                .collect(),
         };
         let usage = usage.map(|u| {
             let cached = u
@@ -249,24 +371,34 @@ impl Answer {
             "previous_response_id": r.previous_response_id, "temperature": r.temperature,
             "top_p": r.top_p, "store": r.store != Some(false),
             "metadata": r.metadata.clone().unwrap_or_else(|| json!({})),
-            "parallel_tool_calls": true, "tool_choice": "auto", "tools": [],
+            "parallel_tool_calls": true,
+            "tool_choice": r.tool_choice.clone().unwrap_or_else(|| json!("auto")),
+            "tools": r.tools.clone().unwrap_or_else(|| json!([])),
             "text": {"format": {"type": "text"}}, "truncation": "disabled"})
     }
 
     /// Keeps `response` (unless the request said `store: false`) with the conversation it
-    /// ends: `conversation`, then `text` as the assistant's message.
+    /// ends: `conversation`, then what the answer said as the assistant's message.
     fn keep(
         &self,
         store: &StoredResponses,
         response: &Value,
         conversation: Vec<ChatMessage>,
-        text: String,
+        said: Said,
     ) {
         if self.req.store == Some(false) {
             return;
         }
         let mut conversation = conversation;
-        conversation.push(ChatMessage::text("assistant", text));
+        let calls: Vec<Value> = said
+            .calls
+            .iter()
+            .map(|c| json!({"id": c.id, "type": "function", "function": c.function}))
+            .collect();
+        conversation.push(ChatMessage {
+            tool_calls: (!calls.is_empty()).then_some(Value::Array(calls)),
+            ..ChatMessage::text("assistant", said.text)
+        });
         let stored = Stored {
             response: response.clone(),
             conversation,
@@ -281,9 +413,12 @@ struct Events {
     sequence: u64,
 }
 
+/// One event of a stream.
+type Event = Result<Bytes, Infallible>;
+
 impl Events {
     /// The next event, of `kind`, with `fields` beside its type and sequence number.
-    fn next(&mut self, kind: &str, mut fields: Value) -> Result<Bytes, Infallible> {
+    fn next(&mut self, kind: &str, mut fields: Value) -> Event {
         // The type first, the sequence number after it, as every event of the API lists them.
         fields["type"] = json!(kind);
         fields["sequence_number"] = json!(self.sequence);

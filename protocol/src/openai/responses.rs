@@ -1,8 +1,9 @@
 //! The Responses API (`POST /v1/responses`, as vLLM, SGLang and switchyard's engine serve it):
 //! what a router reads (the model, the input whose size places the request, the answer's length,
 //! and the stored response a follow-up continues, which lives on the server that stored it), and
-//! the conversation of message items an engine renders with its chat template. The other fields
-//! (tools, reasoning, `background`) go to the engine as the client sent them.
+//! the conversation of message items (and of function calls and their outputs) an engine renders
+//! with its chat template, with its function tools as the chat API's. The other fields
+//! (reasoning, `background`) go to the engine as the client sent them.
 
 use super::chat::{ChatMessage, ContentPart, MessageContent};
 use super::error::ApiError;
@@ -42,7 +43,15 @@ pub struct ResponsesRequest {
     /// The client's labels, returned with the response.
     #[serde(default)]
     pub metadata: Option<Value>,
-    /// Every other field, as the client wrote it (tools, reasoning, `background`, ...).
+    /// The tools the model may call: `{"type": "function", "name", "description",
+    /// "parameters"}` (and the hosted tools only OpenAI runs).
+    #[serde(default)]
+    pub tools: Option<Value>,
+    /// Which tool the model must call: `none`, `auto`, `required` or `{"type": "function",
+    /// "name"}`.
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
+    /// Every other field, as the client wrote it (reasoning, `background`, ...).
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
 }
@@ -60,10 +69,9 @@ const HARMLESS_FIELDS: [&str; 7] = [
 ];
 
 impl ResponsesRequest {
-    /// The first field the request sets that switchyard's engine cannot heed in this API (it
-    /// reads tool calls on chat completions only, and has no background runs, structured output
-    /// or images) (tools, `background`, `reasoning`, a
-    /// non-text `text.format`, `include`, ...), if any.
+    /// The first field the request sets that switchyard's engine cannot heed (it has no
+    /// background runs, structured output or reasoning: `background`, `reasoning`, a non-text
+    /// `text.format`, `include`, ...), if any.
     pub fn unheeded(&self) -> Option<&str> {
         self.other
             .iter()
@@ -83,36 +91,137 @@ impl ResponsesRequest {
     }
 
     /// The conversation the input adds: a text is one user message; a list holds messages
-    /// (`role` and `content`, a text or text parts), any other item (images, files, tool calls
-    /// and their outputs, reasoning) refused.
+    /// (`role` and `content`, a text or text parts), function calls (each a tool call of the
+    /// assistant's message before it, or of one of its own) and their outputs (tool messages);
+    /// any other item (images, files, reasoning) refused.
     pub fn input_messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
-        let message = |role: &str, content: MessageContent| ChatMessage {
-            content: Some(content),
-            ..ChatMessage::text(role, String::new())
+        let items = match &self.input {
+            Value::String(text) => return Ok(vec![ChatMessage::text("user", text.clone())]),
+            Value::Array(items) => items,
+            _ => {
+                return Err(ApiError::invalid_param(
+                    "input",
+                    "`input` must be a text or a list of input items.",
+                ))
+            }
         };
-        match &self.input {
-            Value::String(text) => Ok(vec![ChatMessage::text("user", text.clone())]),
-            Value::Array(items) => items
-                .iter()
-                .map(|item| {
-                    let kind = item.get("type").and_then(Value::as_str).unwrap_or("message");
-                    let role = item.get("role").and_then(Value::as_str);
-                    let (Some(role), "message") = (role, kind) else {
-                        return Err(unsupported_item(kind));
-                    };
+        let mut messages: Vec<ChatMessage> = Vec::new();
+        for item in items {
+            let kind = item
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("message");
+            let field = |name: &str| item.get(name).and_then(Value::as_str);
+            match (kind, field("role")) {
+                ("message", Some(role)) => {
                     if !matches!(role, "user" | "assistant" | "system" | "developer") {
                         return Err(ApiError::invalid_param(
                             "input",
                             format!("A message's `role` must be user, assistant, system or developer, got `{role}`."),
                         ));
                     }
-                    Ok(message(role, item_content(item.get("content"))?))
-                })
-                .collect(),
-            _ => Err(ApiError::invalid_param(
-                "input",
-                "`input` must be a text or a list of input items.",
-            )),
+                    messages.push(ChatMessage {
+                        content: Some(item_content(item.get("content"))?),
+                        ..ChatMessage::text(role, String::new())
+                    });
+                }
+                ("function_call", _) => {
+                    let (Some(id), Some(name)) = (field("call_id"), field("name")) else {
+                        return Err(ApiError::invalid_param(
+                            "input",
+                            "A `function_call` item needs its `call_id` and `name`.",
+                        ));
+                    };
+                    let call = serde_json::json!({"id": id, "type": "function", "function":
+                        {"name": name, "arguments": field("arguments").unwrap_or_default()}});
+                    match messages.last_mut().filter(|m| m.role == "assistant") {
+                        Some(assistant) => match &mut assistant.tool_calls {
+                            Some(Value::Array(calls)) => calls.push(call),
+                            _ => assistant.tool_calls = Some(Value::Array(vec![call])),
+                        },
+                        None => messages.push(ChatMessage {
+                            content: None,
+                            tool_calls: Some(Value::Array(vec![call])),
+                            ..ChatMessage::text("assistant", String::new())
+                        }),
+                    }
+                }
+                ("function_call_output", _) => {
+                    let Some(id) = field("call_id") else {
+                        return Err(ApiError::invalid_param(
+                            "input",
+                            "A `function_call_output` item needs its `call_id`.",
+                        ));
+                    };
+                    messages.push(ChatMessage {
+                        content: Some(item_content(item.get("output"))?),
+                        tool_call_id: Some(id.to_string()),
+                        ..ChatMessage::text("tool", String::new())
+                    });
+                }
+                _ => return Err(unsupported_item(kind)),
+            }
+        }
+        Ok(messages)
+    }
+
+    /// The function tools as the chat API's (`{"type": "function", "function": {...}}`); a
+    /// hosted tool (web search, file search, ...), which only OpenAI runs, refused.
+    pub fn function_tools(&self) -> Result<Option<Value>, ApiError> {
+        let Some(tools) = self.tools.as_ref().filter(|t| !t.is_null()) else {
+            return Ok(None);
+        };
+        let Some(tools) = tools.as_array() else {
+            return Err(ApiError::invalid_param("tools", "`tools` must be a list."));
+        };
+        let function = |tool: &Value| {
+            let kind = tool.get("type").and_then(Value::as_str).unwrap_or_default();
+            let name = tool.get("name").and_then(Value::as_str);
+            let (true, Some(name)) = (kind == "function", name) else {
+                return Err(ApiError::invalid_param(
+                    "tools",
+                    format!(
+                        "Tools of type `{kind}` are not supported (only named `function` tools)."
+                    ),
+                ));
+            };
+            let mut function = serde_json::Map::new();
+            function.insert("name".into(), name.into());
+            for key in ["description", "parameters", "strict"] {
+                if let Some(value) = tool.get(key).filter(|v| !v.is_null()) {
+                    function.insert(key.into(), value.clone());
+                }
+            }
+            Ok(serde_json::json!({"type": "function", "function": function}))
+        };
+        let tools = tools.iter().map(function).collect::<Result<Vec<_>, _>>()?;
+        Ok((!tools.is_empty()).then_some(Value::Array(tools)))
+    }
+
+    /// `tool_choice` as the chat API says it: `none`, `auto` and `required` as they are, a
+    /// function named as the chat names one; `auto` or `none` without tools, the API's
+    /// defaults, as nothing.
+    pub fn chat_tool_choice(&self) -> Result<Option<Value>, ApiError> {
+        let no_tools = self
+            .tools
+            .as_ref()
+            .is_none_or(|t| t.as_array().is_some_and(Vec::is_empty));
+        match self.tool_choice.as_ref() {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if no_tools && (s == "auto" || s == "none") => Ok(None),
+            Some(Value::String(s)) => Ok(Some(Value::String(s.clone()))),
+            Some(choice) => match (
+                choice.get("type").and_then(Value::as_str),
+                choice.get("name").and_then(Value::as_str),
+            ) {
+                (Some("function"), Some(name)) => Ok(Some(
+                    serde_json::json!({"type": "function", "function": {"name": name}}),
+                )),
+                _ => Err(ApiError::invalid_param(
+                    "tool_choice",
+                    "`tool_choice` must be `none`, `auto`, `required` or a named function.",
+                )),
+            },
         }
     }
 
@@ -175,6 +284,52 @@ pub fn string_bytes(value: &Value, skipped: &[&str]) -> usize {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn function_calls_and_outputs_read_as_the_chats_tool_calls_and_tool_messages() {
+        let req: ResponsesRequest = serde_json::from_value(json!({
+            "input": [
+                {"role": "user", "content": "Weather?"},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Looking."}]},
+                {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{\"city\":\"Rome\"}"},
+                {"type": "function_call", "call_id": "c2", "name": "time", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "Sunny."},
+                {"type": "function_call_output", "call_id": "c2", "output": "Noon."},
+                {"type": "function_call", "call_id": "c3", "name": "time"}
+            ],
+            "tools": [{"type": "function", "name": "weather", "description": "Weather.",
+                       "parameters": {"type": "object"}, "strict": null}],
+            "tool_choice": {"type": "function", "name": "weather"}
+        }))
+        .unwrap();
+        let messages = req.input_messages().unwrap();
+        let roles: Vec<&str> = messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["user", "assistant", "tool", "tool", "assistant"]);
+        let calls = messages[1].tool_calls.as_ref().unwrap().as_array().unwrap();
+        assert_eq!(calls.len(), 2, "both calls are the assistant message's");
+        assert_eq!(calls[0]["function"]["arguments"], "{\"city\":\"Rome\"}");
+        assert_eq!(messages[2].tool_call_id.as_deref(), Some("c1"));
+        assert_eq!(messages[4].content, None);
+        assert_eq!(
+            req.function_tools().unwrap(),
+            Some(json!([{"type": "function", "function": {"name": "weather",
+                "description": "Weather.", "parameters": {"type": "object"}}}]))
+        );
+        assert_eq!(
+            req.chat_tool_choice().unwrap(),
+            Some(json!({"type": "function", "function": {"name": "weather"}}))
+        );
+        let hosted: ResponsesRequest =
+            serde_json::from_value(json!({"input": "x", "tools": [{"type": "web_search"}],
+                "tool_choice": "auto"}))
+            .unwrap();
+        let e = hosted.function_tools().unwrap_err();
+        assert_eq!(e.body.error.param.as_deref(), Some("tools"));
+        let defaults: ResponsesRequest =
+            serde_json::from_value(json!({"input": "x", "tools": [], "tool_choice": "auto"}))
+                .unwrap();
+        assert_eq!(defaults.chat_tool_choice().unwrap(), None);
+    }
 
     #[test]
     fn the_text_of_every_item_counts_and_images_do_not() {
