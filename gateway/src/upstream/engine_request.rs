@@ -50,16 +50,29 @@ impl UpstreamRequest {
         self.route
     }
 
-    /// Whether a broken stream of this request can be resumed: a stream the gateway reads, of
-    /// one prompt, one choice, no echo.
+    /// Whether a broken stream of this request can be resumed (or moved, or handed off): a
+    /// stream the gateway reads, of one prompt, one choice, no echo, and no tool calls to read
+    /// (the engine reads them from all it generated, held back until each call closes, which
+    /// an engine continuing the answer would not see).
     pub fn resumable(&self) -> bool {
-        if self.route.relayed_as_sent() {
+        if self.route.relayed_as_sent() || self.may_call_tools() {
             return false;
         }
         let one_prompt = self.prompt_ids.as_ref().is_some_and(|p| p.len() == 1);
         let n = self.body.get_as::<i64>("n").unwrap_or(1);
         let echo = self.body.get_as::<bool>("echo") == Some(true);
         one_prompt && n == 1 && !echo
+    }
+
+    /// Whether the answer may be read for tool calls: a chat with tools, its `tool_choice` not
+    /// `none`.
+    fn may_call_tools(&self) -> bool {
+        let tools = self
+            .body
+            .get_as::<Value>("tools")
+            .is_some_and(|t| t.as_array().is_some_and(|l| !l.is_empty()));
+        let choice = self.body.get_as::<Value>("tool_choice");
+        tools && choice.as_ref().and_then(Value::as_str) != Some("none")
     }
 
     /// How many choices the answer has: `n` for each prompt.
@@ -258,5 +271,21 @@ mod tests {
             Some(vec![vec![1], vec![2]]),
         );
         assert!(!two.resumable());
+        // A chat whose answer may be read for tool calls is never resumed; one whose tools
+        // only reach the template is.
+        let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+        for (choice, resumable) in [
+            (json!(null), false),
+            (json!("auto"), false),
+            (json!("none"), true),
+        ] {
+            let chat = request(
+                Route::Chat,
+                json!({"messages": [{"role": "user", "content": "x"}], "stream": true,
+                    "tools": tools, "tool_choice": choice}),
+                Some(vec![vec![4]]),
+            );
+            assert_eq!(chat.resumable(), resumable, "{choice}");
+        }
     }
 }
