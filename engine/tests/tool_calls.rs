@@ -99,6 +99,27 @@ async fn post_to(base: &str, path: &str, body: &Value) -> (u16, Value) {
     (r.status().as_u16(), r.json().await.unwrap())
 }
 
+/// The events of a stream from `path` (each event's data as JSON, `[DONE]` left out), and the
+/// stream's text for messages.
+async fn stream(base: &str, path: &str, body: &Value) -> (Vec<Value>, String) {
+    let text = reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events = text
+        .split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    (events, text)
+}
+
 #[tokio::test]
 async fn calls_are_read_from_a_whole_answer_and_finish_it_as_tool_calls() {
     let base = engine(CALLS, &PARSER).await;
@@ -127,21 +148,8 @@ async fn calls_are_read_from_a_whole_answer_and_finish_it_as_tool_calls() {
 #[tokio::test]
 async fn a_stream_sends_the_text_around_the_calls_and_each_call_whole() {
     let base = engine(CALLS, &PARSER).await;
-    let text = reqwest::Client::new()
-        .post(format!("{base}/v1/chat/completions"))
-        .json(&ask(json!({"stream": true, "n": 2})))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let chunks: Vec<Value> = text
-        .split("\n\n")
-        .filter_map(|e| e.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    let body = ask(json!({"stream": true, "n": 2}));
+    let (chunks, text) = stream(&base, "/v1/chat/completions", &body).await;
     for index in 0..2 {
         let mine = || {
             chunks
@@ -229,20 +237,8 @@ async fn the_messages_api_answers_calls_as_tool_use_blocks() {
     let (_, without) = post_to(&base, "/v1/messages/count_tokens", &bare).await;
     assert!(with["input_tokens"].as_u64() > without["input_tokens"].as_u64());
     // Streamed: a text block, then each call a block of its own, its input in one delta.
-    let text = reqwest::Client::new()
-        .post(format!("{base}/v1/messages"))
-        .json(&ask_messages(json!({"stream": true})))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let events: Vec<Value> = text
-        .split("\n\n")
-        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    let body = ask_messages(json!({"stream": true}));
+    let (events, text) = stream(&base, "/v1/messages", &body).await;
     let starts: Vec<(u64, &str)> = events
         .iter()
         .filter(|e| e["type"] == "content_block_start")
@@ -324,20 +320,7 @@ async fn the_responses_api_answers_calls_as_function_call_items_and_keeps_them()
     // Streamed: the message item, then each call an item of its own, its arguments in one delta.
     let mut streamed = ask.clone();
     streamed["stream"] = json!(true);
-    let text = reqwest::Client::new()
-        .post(format!("{base}/v1/responses"))
-        .json(&streamed)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let events: Vec<Value> = text
-        .split("\n\n")
-        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect();
+    let (events, text) = stream(&base, "/v1/responses", &streamed).await;
     let added: Vec<(u64, &str)> = events
         .iter()
         .filter(|e| e["type"] == "response.output_item.added")

@@ -3,7 +3,7 @@
 use super::errors::{HttpError, OpenAiJson};
 use super::generation::{Generation, Moves, TokenLogprobs};
 use super::params::{refuse_vllm_only, GenerationParams};
-use super::tool_calls::{read_whole, ToolCallParser, ToolCalls};
+use super::tool_calls::{read_next, read_whole, ToolCallParser, ToolCalls};
 use super::{
     check_model, moves_of, sse_response, unsent_tokens, wants_token_ids, Payload, RequestId,
     ResponseShape,
@@ -120,22 +120,14 @@ pub async fn chat_completions(
                 return;
             }
             let lp = shape.logprobs.then(|| ChatLogprobs { content: shape.chat_logprobs(&update.logprobs) });
-            let (text, calls, finish) = match readings.get_mut(update.index as usize).and_then(Option::as_mut) {
-                Some(reading) => {
-                    let mut read = reading.push(&update.text);
-                    if update.finish.is_some() {
-                        let rest = reading.finish();
-                        read.content.push_str(&rest.content);
-                        read.calls.extend(rest.calls);
-                    }
-                    (read.content, read.calls, called_tools(update.finish, reading.called()))
-                }
-                None => (update.text, Vec::new(), update.finish),
-            };
+            let mut reading = readings.get_mut(update.index as usize).and_then(Option::as_mut);
+            let read = read_next(reading.as_deref_mut(), update.text, update.finish.is_some());
+            let called = reading.is_some_and(|r| r.called());
+            let finish = called_tools(update.finish, called);
             let delta = ChatDelta {
                 role: None,
-                content: (!text.is_empty()).then_some(text),
-                tool_calls: calls,
+                content: (!read.content.is_empty()).then_some(read.content),
+                tool_calls: read.calls,
             };
             let usage = continuous.then(|| generation.usage());
             let data = shape.chat_chunk(update.index, delta, lp, finish, usage);

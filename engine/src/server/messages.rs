@@ -12,7 +12,7 @@
 use super::chat::{reads_tool_calls, start_rendered};
 use super::errors::{HttpError, OpenAiJson};
 use super::sse::{event_stream, named_event as event};
-use super::tool_calls::{read_whole, Read, ToolCalls};
+use super::tool_calls::{read_next, read_whole, ToolCalls};
 use super::{check_model, RequestId};
 use crate::instance::Instance;
 use axum::body::Bytes;
@@ -96,18 +96,8 @@ async fn answer(
         }
         let mut finish = None;
         while let Some(update) = generation.next().await {
-            let read = match reading.as_mut() {
-                Some(reading) => {
-                    let mut read = reading.push(&update.text);
-                    if update.finish.is_some() {
-                        let rest = reading.finish();
-                        read.content.push_str(&rest.content);
-                        read.calls.extend(rest.calls);
-                    }
-                    read
-                }
-                None => Read { content: update.text, calls: Vec::new() },
-            };
+            let last = update.finish.is_some();
+            let read = read_next(reading.as_mut(), update.text, last);
             for e in blocks.text(&read.content) {
                 yield e;
             }

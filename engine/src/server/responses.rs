@@ -12,7 +12,7 @@
 use super::chat::{reads_tool_calls, start_rendered};
 use super::errors::{HttpError, OpenAiJson};
 use super::sse::{event_stream, named_event};
-use super::tool_calls::{read_whole, Read, ToolCalls};
+use super::tool_calls::{read_next, read_whole, ToolCalls};
 use super::{check_model, RequestId};
 use crate::instance::stored_responses::{Stored, StoredResponses};
 use crate::instance::Instance;
@@ -98,18 +98,8 @@ pub async fn create(
         }
         let mut finish = None;
         while let Some(update) = generation.next().await {
-            let read = match reading.as_mut() {
-                Some(reading) => {
-                    let mut read = reading.push(&update.text);
-                    if update.finish.is_some() {
-                        let rest = reading.finish();
-                        read.content.push_str(&rest.content);
-                        read.calls.extend(rest.calls);
-                    }
-                    read
-                }
-                None => Read { content: update.text, calls: Vec::new() },
-            };
+            let last = update.finish.is_some();
+            let read = read_next(reading.as_mut(), update.text, last);
             if !read.content.is_empty() {
                 if said.message_at.is_none() {
                     for e in answer.open_message(&mut events, &mut said) {

@@ -121,13 +121,28 @@ impl ToolCalls {
     }
 }
 
+/// Reads the next `text` of an answer with `reading` (as it is without one), and what is left
+/// once `last` says the answer ended.
+pub fn read_next(reading: Option<&mut ToolCalls>, text: String, last: bool) -> Read {
+    let Some(reading) = reading else {
+        return Read {
+            content: text,
+            calls: Vec::new(),
+        };
+    };
+    let mut read = reading.push(&text);
+    if last {
+        let rest = reading.finish();
+        read.content.push_str(&rest.content);
+        read.calls.extend(rest.calls);
+    }
+    read
+}
+
 /// Reads a whole answer: its content (none when only calls and white space are left) and calls.
 pub fn read_whole(request_id: &str, choice: u32, text: &str) -> (Option<String>, Vec<ToolCall>) {
     let mut reading = ToolCalls::new(request_id, choice);
-    let mut read = reading.push(text);
-    let rest = reading.finish();
-    read.content.push_str(&rest.content);
-    read.calls.extend(rest.calls);
+    let read = read_next(Some(&mut reading), text.to_string(), true);
     let content = match reading.called() && read.content.trim().is_empty() {
         true => None,
         false => Some(read.content),
