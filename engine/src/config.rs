@@ -184,8 +184,9 @@ pub struct EngineArgs {
     /// --tool-call-parser).
     #[arg(long, env = "SWITCHYARD_ENABLE_AUTO_TOOL_CHOICE")]
     pub enable_auto_tool_choice: bool,
-    /// How the model writes tool calls: `hermes` (`<tool_call>{...}</tool_call>`: Qwen2.5,
-    /// Qwen3, Hermes and others; vLLM's parser of the same name).
+    /// How the model writes tool calls (vLLM's parsers of the same names): `hermes`
+    /// (`<tool_call>{...}</tool_call>`: Qwen2.5, Qwen3, Hermes and others) or `llama3_json`
+    /// (`{"name": ..., "parameters": ...}` from the answer's start: Llama 3.1-3.3).
     #[arg(long, env = "SWITCHYARD_TOOL_CALL_PARSER", value_enum)]
     pub tool_call_parser: Option<ToolCallParser>,
     /// Seconds to let running requests finish after SIGTERM.
@@ -219,7 +220,7 @@ impl EngineArgs {
             bail!("--block-size, --max-num-batched-tokens and --max-num-seqs must be positive");
         }
         if self.enable_auto_tool_choice && self.tool_call_parser.is_none() {
-            bail!("--enable-auto-tool-choice needs --tool-call-parser (hermes)");
+            bail!("--enable-auto-tool-choice needs --tool-call-parser (hermes or llama3_json)");
         }
         if *self.kv_offloading_size > 0.0 && self.no_prefix_caching {
             bail!("--kv-offloading-size extends the prefix cache, which --no-prefix-caching turns off");

@@ -369,6 +369,37 @@ async fn the_responses_api_answers_calls_as_function_call_items_and_keeps_them()
     );
 }
 
+#[tokio::test]
+async fn llama_calls_are_read_with_the_llama3_json_parser() {
+    let answer = "{\"name\": \"weather\", \"parameters\": {\"city\": \"Paris\"}}";
+    let flags = [
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "llama3_json",
+    ];
+    let base = engine(answer, &flags).await;
+    let (status, reply) = post(&base, &ask(json!({}))).await;
+    assert_eq!(status, 200, "{reply}");
+    let choice = &reply["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{reply}");
+    assert_eq!(choice["message"]["content"], Value::Null, "{reply}");
+    let call = &choice["message"]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], "weather");
+    assert_eq!(call["arguments"], r#"{"city":"Paris"}"#);
+    let (chunks, text) = stream(&base, "/v1/chat/completions", &ask(json!({"stream": true}))).await;
+    let calls: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+        .flatten()
+        .collect();
+    assert_eq!(calls.len(), 1, "{text}");
+    let content: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(content, "", "{text}");
+}
+
 #[test]
 fn auto_tool_choice_needs_a_parser() {
     let args = Flags::parse_from(["engine", "--backend", "sim", "--enable-auto-tool-choice"]);

@@ -45,8 +45,8 @@ pub async fn chat_completions(
     // A stream read for tool calls stays here: its reading (a call held back until it closes)
     // would not move with it.
     let moves = match tool_calls {
-        true => Moves::Stay,
-        false => moves_of(&headers, params.stream),
+        Some(_) => Moves::Stay,
+        None => moves_of(&headers, params.stream),
     };
     if instance.is_draining() && !moves.continues() {
         return Err(ApiError::unavailable("The engine is shutting down.").into());
@@ -76,8 +76,8 @@ pub async fn chat_completions(
             .enumerate()
             .map(|(i, c)| {
                 let (content, calls) = match tool_calls {
-                    true => read_whole(&request_id, i as u32, &c.text),
-                    false => (Some(c.text), Vec::new()),
+                    Some(format) => read_whole(format, &request_id, i as u32, &c.text),
+                    None => (Some(c.text), Vec::new()),
                 };
                 let finish = called_tools(c.finish, !calls.is_empty());
                 ChatChoice {
@@ -107,7 +107,7 @@ pub async fn chat_completions(
     }
     let (include_usage, continuous) = (params.include_usage, params.continuous_usage);
     let mut readings: Vec<Option<ToolCalls>> = (0..generation.num_choices() as u32)
-        .map(|i| tool_calls.then(|| ToolCalls::new(&request_id, i)))
+        .map(|i| tool_calls.map(|format| ToolCalls::new(format, &request_id, i)))
         .collect();
     let stream = async_stream::stream! {
         for i in 0..generation.num_choices() {
@@ -207,7 +207,7 @@ fn check_response_format(req: &ChatCompletionRequest) -> Result<(), ApiError> {
     }
 }
 
-/// Whether the answer's text is read for tool calls: `tools` with `tool_choice` `"auto"` (or
+/// The format the answer's text is read in for tool calls, if it is: `tools` with `tool_choice` `"auto"` (or
 /// none named, as the OpenAI API reads it) on an engine with a tool-call parser
 /// (`--enable-auto-tool-choice`). Refuses, as vLLM does, what the engine cannot do: `"auto"`
 /// without a parser, and `"required"` or a named tool, which need guided decoding to force a
@@ -215,15 +215,15 @@ fn check_response_format(req: &ChatCompletionRequest) -> Result<(), ApiError> {
 pub(super) fn reads_tool_calls(
     req: &ChatCompletionRequest,
     parser: Option<ToolCallParser>,
-) -> Result<bool, ApiError> {
+) -> Result<Option<ToolCallParser>, ApiError> {
     let has_tools = req
         .tools
         .as_ref()
         .is_some_and(|t| !t.is_null() && t.as_array().is_none_or(|a| !a.is_empty()));
     let choice = match &req.tool_choice {
         None | Some(serde_json::Value::Null) if has_tools => "auto",
-        None | Some(serde_json::Value::Null) => return Ok(false),
-        Some(serde_json::Value::String(s)) if s == "none" => return Ok(false),
+        None | Some(serde_json::Value::Null) => return Ok(None),
+        Some(serde_json::Value::String(s)) if s == "none" => return Ok(None),
         Some(serde_json::Value::String(s)) if s == "auto" || s == "required" => s.as_str(),
         Some(serde_json::Value::Object(_)) => "a named tool",
         Some(other) => {
@@ -242,7 +242,7 @@ pub(super) fn reads_tool_calls(
         ));
     }
     match (choice, parser) {
-        ("auto", Some(_)) => Ok(true),
+        ("auto", Some(parser)) => Ok(Some(parser)),
         ("auto", None) => Err(ApiError::invalid_param(
             "tool_choice",
             "\"auto\" tool choice needs the engine started with --enable-auto-tool-choice and \
@@ -343,7 +343,7 @@ mod tests {
             ),
         ] {
             let read = reads_tool_calls(&request(body.clone()), parser);
-            assert_eq!(read.ok(), Some(reads), "{body}");
+            assert_eq!(read.ok().map(|f| f.is_some()), Some(reads), "{body}");
         }
         for (bad, parser, says) in [
             (

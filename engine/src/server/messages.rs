@@ -66,11 +66,11 @@ async fn answer(
         let (text, finish) = choice.map_or((String::new(), None), |c| (c.text, c.finish));
         let usage = generation.usage();
         let (content, calls) = match reads_calls {
-            true => read_whole(request_id, 0, &text),
-            false => (Some(text), Vec::new()),
+            Some(format) => read_whole(format, request_id, 0, &text),
+            None => (Some(text), Vec::new()),
         };
         let mut blocks: Vec<Value> = content
-            .filter(|t| !(reads_calls && t.is_empty()))
+            .filter(|t| !(reads_calls.is_some() && t.is_empty()))
             .map(|text| json!({"type": "text", "text": text}))
             .into_iter()
             .collect();
@@ -85,7 +85,7 @@ async fn answer(
         );
     }
     let input_tokens = generation.usage().prompt_tokens;
-    let mut reading = reads_calls.then(|| ToolCalls::new(request_id, 0));
+    let mut reading = reads_calls.map(|format| ToolCalls::new(format, request_id, 0));
     let stream = async_stream::stream! {
         yield event("message_start", json!({"message": {"id": id, "type": "message",
             "role": "assistant", "model": model, "content": [], "stop_reason": null,

@@ -74,18 +74,18 @@ pub async fn create(
         let choice = generation.collect().await.pop();
         let (text, finish) = choice.map_or((String::new(), None), |c| (c.text, c.finish));
         let said = match reads_calls {
-            true => {
-                let (content, calls) = read_whole(&request_id, 0, &text);
+            Some(format) => {
+                let (content, calls) = read_whole(format, &request_id, 0, &text);
                 Said::of(content.unwrap_or_default(), calls)
             }
-            false => Said::of(text, Vec::new()),
+            None => Said::of(text, Vec::new()),
         };
         let response = answer.response(&said, finish.map(|f| f.0), Some(&generation.usage()));
         answer.keep(&instance.stored_responses, &response, conversation, said);
         return Ok(Json(response).into_response());
     }
     let keeper = instance.clone();
-    let mut reading = reads_calls.then(|| ToolCalls::new(&request_id, 0));
+    let mut reading = reads_calls.map(|format| ToolCalls::new(format, &request_id, 0));
     let stream = async_stream::stream! {
         let mut events = Events::default();
         let mut said = Said::default();
