@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::Arc;
 use switchyard_http::anthropic_error_response;
-use switchyard_protocol::anthropic::MessagesRequest;
+use switchyard_protocol::anthropic::{self, MessagesRequest};
 use switchyard_protocol::openai::*;
 use switchyard_text::chat_prompt::chat_prompt;
 
@@ -64,6 +64,9 @@ async fn answer(
     if !params.stream {
         let choice = generation.collect().await.pop();
         let (text, finish) = choice.map_or((String::new(), None), |c| (c.text, c.finish));
+        if let Some(e) = failure(finish.as_ref()) {
+            return Err(e.into());
+        }
         let usage = generation.usage();
         let (content, calls) = match reads_calls {
             Some(format) => read_whole(format, request_id, 0, &text),
@@ -112,6 +115,11 @@ async fn answer(
         }
         if let Some(e) = blocks.close() {
             yield e;
+        }
+        if let Some(e) = failure(finish.as_ref()) {
+            let body = anthropic::ErrorResponse::of(&e);
+            yield event("error", json!({"error": body.error}));
+            return;
         }
         let called = reading.as_ref().is_some_and(ToolCalls::called);
         let (stop_reason, stop_sequence) = stop_of(finish, called);
@@ -235,6 +243,21 @@ fn rendered(
     Ok((model, chat, prompt))
 }
 
+/// The error of an answer that did not end: the engine stopped it (shutting down, or the
+/// request aborted) or failed; the Messages API has no stop reason for either.
+fn failure(finish: Option<&(FinishReason, Option<StopReason>)>) -> Option<ApiError> {
+    match finish.map(|f| f.0) {
+        Some(FinishReason::Stop | FinishReason::Length | FinishReason::ToolCalls) => None,
+        Some(FinishReason::Abort) => Some(ApiError::unavailable(
+            "The answer was stopped before its end (the engine is shutting down, or the request \
+             was aborted).",
+        )),
+        Some(FinishReason::Error) | None => {
+            Some(ApiError::internal("The answer failed inside the engine."))
+        }
+    }
+}
+
 /// Why an answer ended, as the Messages API says it: (`stop_reason`, `stop_sequence`); one
 /// that `called` tools ended for them.
 fn stop_of(
@@ -259,4 +282,33 @@ fn usage_of(usage: &Usage) -> Value {
         .map_or(0, |d| d.cached_tokens);
     json!({"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens,
         "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_stopped_or_failed_is_an_error_and_the_others_have_their_stop_reason() {
+        let stop = |reason| Some((reason, None));
+        assert_eq!(
+            failure(stop(FinishReason::Abort).as_ref()).unwrap().status,
+            503
+        );
+        assert_eq!(
+            failure(stop(FinishReason::Error).as_ref()).unwrap().status,
+            500
+        );
+        assert_eq!(failure(None).unwrap().status, 500);
+        for (reason, called, said) in [
+            (FinishReason::Stop, false, "end_turn"),
+            (FinishReason::Stop, true, "tool_use"),
+            (FinishReason::Length, true, "max_tokens"),
+        ] {
+            assert!(failure(stop(reason).as_ref()).is_none());
+            assert_eq!(stop_of(stop(reason), called).0, said);
+        }
+        let sequence = Some((FinishReason::Stop, Some(StopReason::Text("END".into()))));
+        assert_eq!(stop_of(sequence, false), ("stop_sequence", json!("END")));
+    }
 }
