@@ -60,6 +60,11 @@ impl SseSplitter {
         }
     }
 
+    /// How many bytes of unfinished events are waiting.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Whether bytes of an unfinished event are waiting.
     pub fn has_partial(&self) -> bool {
         self.pending.iter().any(|b| !b.is_ascii_whitespace())

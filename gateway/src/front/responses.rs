@@ -19,6 +19,7 @@ use reqwest::Method;
 use std::sync::Arc;
 use switchyard_http::error_response;
 use switchyard_http::request_id::{self, request_id};
+use switchyard_http::sse::SseSplitter;
 use switchyard_protocol::openai::{ApiError, ResponsesRequest};
 
 /// Most bytes of an answer kept to read its response id from: a whole JSON answer, or a
@@ -85,6 +86,7 @@ where
         body,
         streamed,
         kept: BytesMut::new(),
+        events: SseSplitter::default(),
         on_id: Some(on_id),
         ended: false,
     };
@@ -119,8 +121,10 @@ where
 struct Watch<F> {
     body: AnswerBody,
     streamed: bool,
-    /// A whole answer held so far, or a stream's first bytes (already relayed).
+    /// A whole answer held so far.
     kept: BytesMut,
+    /// A stream's events so far (its bytes already relayed).
+    events: SseSplitter,
     /// What to call with the id; `None` once called or given up.
     on_id: Option<F>,
     ended: bool,
@@ -136,15 +140,16 @@ where
         if self.on_id.is_none() {
             return Some(bytes);
         }
-        self.kept.extend_from_slice(&bytes);
         if self.streamed {
-            if let Some(event) = first_event(&self.kept) {
-                self.call(id_in(&event)).await;
-            } else if self.kept.len() > ID_READ_LIMIT {
+            self.events.push(&bytes);
+            if let Some(event) = self.events.next_event() {
+                self.call(event.data.as_deref().and_then(id_in)).await;
+            } else if self.events.pending_len() > ID_READ_LIMIT {
                 self.give_up();
             }
             return Some(bytes);
         }
+        self.kept.extend_from_slice(&bytes);
         if self.kept.len() > ID_READ_LIMIT {
             self.give_up();
             return Some(std::mem::take(&mut self.kept).freeze());
@@ -176,23 +181,6 @@ where
         );
         self.on_id = None;
     }
-}
-
-/// The data of a stream's first event, once it has arrived whole (its lines ended by `\n` or
-/// `\r\n`).
-fn first_event(kept: &[u8]) -> Option<Bytes> {
-    let lines: Vec<&[u8]> = kept
-        .split(|&b| b == b'\n')
-        .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
-        .collect();
-    // The event ends at its first blank line, which the last piece (unterminated) is not.
-    let end = lines[..lines.len() - 1].iter().position(|l| l.is_empty())?;
-    let data: Vec<u8> = lines[..end]
-        .iter()
-        .filter_map(|line| line.strip_prefix(b"data:"))
-        .flat_map(|data| data.strip_prefix(b" ").unwrap_or(data).to_vec())
-        .collect();
-    Some(Bytes::from(data))
 }
 
 /// The response id in an event's data (`{"type": "response.created", "response": {"id": ..}}`)
@@ -283,19 +271,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_streams_first_event_is_read_once_whole_whatever_its_line_ends() {
+    fn the_response_id_is_read_from_an_event_or_a_whole_answer() {
         let created = br#"{"type":"response.created","response":{"id":"resp_1"}}"#;
-        for end in ["\n", "\r\n"] {
-            let mut stream = format!("event: response.created{end}data: ").into_bytes();
-            stream.extend_from_slice(created);
-            assert_eq!(first_event(&stream), None, "not ended yet");
-            stream.extend_from_slice(format!("{end}{end}event: next").as_bytes());
-            let event = first_event(&stream).unwrap();
-            assert_eq!(id_in(&event).as_deref(), Some("resp_1"));
-        }
+        assert_eq!(id_in(created).as_deref(), Some("resp_1"));
         assert_eq!(
             id_in(br#"{"id":"resp_2","object":"response"}"#).as_deref(),
             Some("resp_2")
         );
+        assert_eq!(id_in(b"not json"), None);
     }
 }
