@@ -152,6 +152,37 @@ async fn absurd_json_parameters_and_headers_get_clear_errors_at_once() {
         ),
         (
             "/v1/messages",
+            "tools that are not a list",
+            json!({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}], "tools": "ls"})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "/v1/messages",
+            "a tool use with no name",
+            json!({"max_tokens": 8, "messages": [{"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t", "input": {}}]}]})
+            .to_string()
+            .into_bytes(),
+        ),
+        (
+            "/v1/responses",
+            "a function call with no name",
+            json!({"input": [{"type": "function_call", "call_id": "c", "arguments": "{}"}]})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "/v1/chat/completions",
+            "a tool call whose arguments are not JSON",
+            json!({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "c",
+                "type": "function", "function": {"name": "f", "arguments": "{nope"}}]},
+                {"role": "user", "content": "x"}], "max_tokens": 2})
+            .to_string()
+            .into_bytes(),
+        ),
+        (
+            "/v1/messages",
             "a huge max_tokens",
             json!({"max_tokens": u64::MAX, "messages": [{"role": "user", "content": "x"}]})
                 .to_string()

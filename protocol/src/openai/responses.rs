@@ -132,8 +132,14 @@ impl ResponsesRequest {
                             "A `function_call` item needs its `call_id` and `name`.",
                         ));
                     };
+                    // Arguments are JSON text; an object sent as it is is taken as its text.
+                    let arguments = match item.get("arguments") {
+                        Some(Value::String(text)) => text.clone(),
+                        None | Some(Value::Null) => String::new(),
+                        Some(other) => other.to_string(),
+                    };
                     let call = serde_json::json!({"id": id, "type": "function", "function":
-                        {"name": name, "arguments": field("arguments").unwrap_or_default()}});
+                        {"name": name, "arguments": arguments}});
                     match messages.last_mut().filter(|m| m.role == "assistant") {
                         Some(assistant) => match &mut assistant.tool_calls {
                             Some(Value::Array(calls)) => calls.push(call),
@@ -295,7 +301,7 @@ mod tests {
                 {"type": "function_call", "call_id": "c2", "name": "time", "arguments": "{}"},
                 {"type": "function_call_output", "call_id": "c1", "output": "Sunny."},
                 {"type": "function_call_output", "call_id": "c2", "output": "Noon."},
-                {"type": "function_call", "call_id": "c3", "name": "time"}
+                {"type": "function_call", "call_id": "c3", "name": "time", "arguments": {"tz": "UTC"}}
             ],
             "tools": [{"type": "function", "name": "weather", "description": "Weather.",
                        "parameters": {"type": "object"}, "strict": null}],
@@ -310,6 +316,8 @@ mod tests {
         assert_eq!(calls[0]["function"]["arguments"], "{\"city\":\"Rome\"}");
         assert_eq!(messages[2].tool_call_id.as_deref(), Some("c1"));
         assert_eq!(messages[4].content, None);
+        let last = &messages[4].tool_calls.as_ref().unwrap()[0];
+        assert_eq!(last["function"]["arguments"], "{\"tz\":\"UTC\"}");
         assert_eq!(
             req.function_tools().unwrap(),
             Some(json!([{"type": "function", "function": {"name": "weather",
