@@ -43,10 +43,10 @@ pub async fn chat_completions(
         instance.info.max_model_len,
     )?;
     // A stream read for tool calls stays here: its reading (a call held back until it closes)
-    // would not move with it.
-    let moves = match tool_calls {
-        Some(_) => Moves::Stay,
-        None => moves_of(&headers, params.stream),
+    // would not move with it. (The gateway does not ask to move one either.)
+    let moves = match (tool_calls, moves_of(&headers, params.stream)) {
+        (Some(_), Moves::Follow | Moves::HandOff(_)) => Moves::Stay,
+        (_, moves) => moves,
     };
     if instance.is_draining() && !moves.continues() {
         return Err(ApiError::unavailable("The engine is shutting down.").into());
@@ -207,9 +207,9 @@ fn check_response_format(req: &ChatCompletionRequest) -> Result<(), ApiError> {
     }
 }
 
-/// The format the answer's text is read in for tool calls, if it is: `tools` with `tool_choice` `"auto"` (or
-/// none named, as the OpenAI API reads it) on an engine with a tool-call parser
-/// (`--enable-auto-tool-choice`). Refuses, as vLLM does, what the engine cannot do: `"auto"`
+/// The format the answer's text is read in for tool calls, if it is: `tools` with
+/// `tool_choice` `"auto"` (or none named, as the OpenAI API reads it) on an engine with a
+/// tool-call parser (`--enable-auto-tool-choice`). Refuses, as vLLM does, what the engine cannot do: `"auto"`
 /// without a parser, and `"required"` or a named tool, which need guided decoding to force a
 /// call. `"none"` passes the tools to the chat template only (vLLM's default).
 pub(super) fn reads_tool_calls(

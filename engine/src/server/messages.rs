@@ -142,6 +142,7 @@ struct Blocks {
     text_open: bool,
 }
 
+/// One event of a stream.
 type Event = Result<Bytes, Infallible>;
 
 impl Blocks {
