@@ -109,18 +109,6 @@ impl MessagesRequest {
         .sum()
     }
 
-    /// Whether the request gives the model tools (their calls are read from its answer, by an
-    /// engine with a tool-call parser).
-    pub fn gives_tools(&self) -> bool {
-        self.tools
-            .as_ref()
-            .is_some_and(|t| t.as_array().is_none_or(|l| !l.is_empty()))
-            || self
-                .tool_choice
-                .as_ref()
-                .is_some_and(|c| !c.is_null() && kind_of(c) != Some("none"))
-    }
-
     /// The first field the request sets that switchyard's engine cannot heed (`thinking`, and
     /// fields it does not know), if any.
     pub fn unheeded(&self) -> Option<&str> {
@@ -536,8 +524,6 @@ mod tests {
         );
         let tools = request(json!({"max_tokens": 8, "messages": [], "tools": [{"name": "ls"}]}));
         assert_eq!(tools.unheeded(), None);
-        assert!(tools.gives_tools());
-        assert!(!r.gives_tools(), "a tool_choice of none gives none");
         let thinking = request(json!({"max_tokens": 8, "messages": [],
             "thinking": {"type": "enabled", "budget_tokens": 10}}));
         assert_eq!(thinking.unheeded(), Some("thinking"));
