@@ -278,6 +278,17 @@ async fn the_messages_api_answers_calls_as_tool_use_blocks() {
     let (status, answer) = post_to(&plain, "/v1/messages", &ask_messages(json!({}))).await;
     assert_eq!(status, 400, "{answer}");
     assert_eq!(answer["error"]["type"], "invalid_request_error");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(r#"{"type": "none"}"#),
+        "in the API's terms: {message}"
+    );
+    // A call cannot be forced, said in the API's terms too.
+    let any = ask_messages(json!({"tool_choice": {"type": "any"}}));
+    let (status, answer) = post_to(&base, "/v1/messages", &any).await;
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("of type `any`"), "{message}");
     let none = ask_messages(json!({"tool_choice": {"type": "none"}}));
     let (status, answer) = post_to(&plain, "/v1/messages", &none).await;
     assert_eq!(

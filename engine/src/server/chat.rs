@@ -254,7 +254,8 @@ pub(super) fn reads_tool_calls(
             format!(
                 "This engine cannot force a tool call (`tool_choice` is {choice}): it has no \
                  guided decoding. Send `tool_choice: \"auto\"` (with --enable-auto-tool-choice) \
-                 or \"none\", or serve the model with vLLM or SGLang behind switchyard."
+                 or `tool_choice: \"none\"`, or serve the model with vLLM or SGLang behind \
+                 switchyard."
             ),
         )),
     }

@@ -58,7 +58,8 @@ async fn answer(
     let OpenAiJson(req) = body?;
     req.check(true)?;
     let (model, chat, prompt) = rendered(instance, &req)?;
-    let reads_calls = reads_tool_calls(&chat, instance.info.tool_call_parser)?;
+    let reads_calls =
+        reads_tool_calls(&chat, instance.info.tool_call_parser).map_err(in_messages_terms)?;
     let (mut generation, params) = start_rendered(instance, request_id, &chat, prompt).await?;
     let id = format!("msg_{request_id}");
     if !params.stream {
@@ -242,6 +243,36 @@ fn rendered(
         &chat,
     )?;
     Ok((model, chat, prompt))
+}
+
+/// `e`, raised while checking the chat request the conversation amounts to, with the chat's
+/// `tool_choice` values spelled as the Messages API spells them.
+fn in_messages_terms(mut e: ApiError) -> ApiError {
+    if e.body.error.param.as_deref() == Some("tool_choice") {
+        let spelled = [
+            (
+                "`tool_choice: \"none\"`",
+                "`tool_choice: {\"type\": \"none\"}`",
+            ),
+            (
+                "`tool_choice: \"auto\"`",
+                "`tool_choice: {\"type\": \"auto\"}`",
+            ),
+            ("\"auto\" tool choice", "`tool_choice` `auto`"),
+            (
+                "(`tool_choice` is required)",
+                "(`tool_choice` of type `any`)",
+            ),
+            (
+                "(`tool_choice` is a named tool)",
+                "(`tool_choice` of type `tool`)",
+            ),
+        ];
+        for (chat, messages) in spelled {
+            e.body.error.message = e.body.error.message.replace(chat, messages);
+        }
+    }
+    e
 }
 
 /// The error of an answer that did not end: the engine stopped it (shutting down, or the
