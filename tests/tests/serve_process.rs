@@ -804,6 +804,61 @@ async fn the_responses_api_is_served_and_a_follow_up_finds_its_engine() {
 }
 
 #[tokio::test]
+async fn a_claude_code_like_conversation_with_tools_is_served_where_it_is_cached() {
+    let tools_flags = [
+        "--backend",
+        "sim",
+        "--sim-time-scale",
+        "100",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+    ];
+    let serve = Process::serve(2, &tools_flags).await;
+    let base = serve.url(0);
+    let client = reqwest::Client::new();
+    until_completing(&base).await;
+    // Claude Code's shape: a billing header block (left out, as vLLM leaves it), a long system
+    // prompt, tools, and a history of tool uses and their results.
+    let system = json!([
+        {"type": "text", "text": "x-anthropic-billing-header: cch=1;"},
+        {"type": "text", "text": (0..150).map(|i| format!("rule{i}")).collect::<Vec<_>>().join(" ")}
+    ]);
+    let tools = json!([{"name": "read", "description": "Reads a file.",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]);
+    let mut messages = vec![json!({"role": "user", "content": "Fix the bug"})];
+    let mut home = None;
+    for turn in 0..3 {
+        let body = json!({"model": "qwen3-0.6b", "max_tokens": 4, "system": system,
+            "tools": tools, "messages": messages});
+        let r = client
+            .post(format!("{base}/v1/messages"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let instance = r.headers()["x-switchyard-instance"].clone();
+        assert_eq!(
+            home.get_or_insert(instance.clone()),
+            &instance,
+            "turn {turn}: placed where the conversation is cached"
+        );
+        let answer: Value = r.json().await.unwrap();
+        if turn == 2 {
+            let cached = answer["usage"]["cache_read_input_tokens"].as_u64().unwrap();
+            assert!(cached > 150, "the conversation so far was cached: {answer}");
+        }
+        let id = format!("toolu_{turn}");
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "text", "text": answer["content"][0]["text"]},
+            {"type": "tool_use", "id": id, "name": "read", "input": {"path": format!("f{turn}.rs")}}]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": format!("contents of f{turn}")}]}));
+    }
+}
+
+#[tokio::test]
 async fn anthropics_messages_are_served_where_their_conversation_is_cached() {
     let serve = Process::serve(2, &["--backend", "sim", "--sim-time-scale", "100"]).await;
     let base = serve.url(0);
