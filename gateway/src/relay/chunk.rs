@@ -49,9 +49,14 @@ pub struct DeltaView {
     pub content: Option<String>,
     /// Kept for assembly: the role.
     pub role: Option<String>,
+    /// Whether it carries generated tokens other than content: tool calls or reasoning.
+    pub other_news: bool,
     /// Kept for assembly: the delta's other fields (tool calls, reasoning) that are not `null`.
     pub extra: Vec<(String, Box<RawValue>)>,
 }
+
+/// The delta fields besides `content` that carry generated tokens (vLLM's and SGLang's).
+const OTHER_NEWS: [&str; 3] = ["tool_calls", "reasoning_content", "reasoning"];
 
 /// Token counts of a chunk's usage.
 #[derive(Debug, Default, Deserialize)]
@@ -88,9 +93,11 @@ impl ChunkView {
         }
     }
 
-    /// Whether the chunk carries generated text.
+    /// Whether the chunk carries generated tokens: text, tool calls or reasoning.
     pub fn has_text(&self) -> bool {
-        self.choices.iter().any(|c| !c.new_text().is_empty())
+        self.choices
+            .iter()
+            .any(|c| !c.new_text().is_empty() || c.delta.as_ref().is_some_and(|d| d.other_news))
     }
 
     /// Whether this is the usage-only last chunk of `include_usage`.
@@ -332,6 +339,14 @@ impl<'de> Visitor<'de> for Keep {
                     match key.as_ref() {
                         "content" => delta.content = map.next_value()?,
                         "role" if keep => delta.role = map.next_value()?,
+                        news if OTHER_NEWS.contains(&news) => {
+                            if let Some(raw) = raw_unless_null(&mut map)? {
+                                delta.other_news = true;
+                                if keep {
+                                    delta.extra.push((key.into_owned(), raw));
+                                }
+                            }
+                        }
                         _ => other_field(&mut map, keep, key, &mut delta.extra)?,
                     }
                 }
@@ -361,6 +376,15 @@ mod tests {
             assert_eq!(view.usage.as_ref().unwrap().completion_tokens, 2);
         }
         assert!(lean.head.is_empty() && lean.raw_usage.is_none());
+        // A chunk of tool calls, or of reasoning, is news without content.
+        for news in [
+            &br#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c"}]}}]}"#[..],
+            br#"{"choices":[{"index":0,"delta":{"reasoning_content":"hmm","content":null}}]}"#,
+        ] {
+            assert!(ChunkView::parse(news).unwrap().has_text());
+        }
+        let quiet = br#"{"choices":[{"index":0,"delta":{"tool_calls":null,"content":""}}]}"#;
+        assert!(!ChunkView::parse(quiet).unwrap().has_text());
         assert!(lean.choices[0].extra.is_empty());
         let heads: Vec<(&str, &str)> = kept.head.iter().map(|(k, v)| (*k, v.get())).collect();
         assert_eq!(

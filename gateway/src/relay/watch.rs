@@ -114,7 +114,9 @@ fn news(route: Route, event: &Value, tokens: u64) -> News {
         },
         Route::Responses => News {
             text: kind.ends_with(".delta")
-                && (kind.contains("output_text") || kind.contains("reasoning")),
+                && ["output_text", "reasoning", "function_call_arguments"]
+                    .iter()
+                    .any(|news| kind.contains(news)),
             tokens: number(event.pointer("/response/usage/output_tokens")),
         },
         _ => News::default(),
@@ -157,6 +159,11 @@ mod tests {
         );
         let text = json!({"type": "response.output_text.delta", "delta": "Hi"});
         assert!(news(Route::Responses, &text, 0).text);
+        let call = json!({"type": "response.function_call_arguments.delta", "delta": "{}"});
+        assert!(
+            news(Route::Responses, &call, 0).text,
+            "a call's arguments are news too"
+        );
         let done = json!({"type": "response.completed",
             "response": {"usage": {"input_tokens": 3, "output_tokens": 9}}});
         assert_eq!(
