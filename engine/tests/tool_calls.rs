@@ -411,6 +411,38 @@ async fn llama_calls_are_read_with_the_llama3_json_parser() {
     assert_eq!(content, "", "{text}");
 }
 
+#[tokio::test]
+async fn only_the_first_call_is_answered_where_parallel_calls_are_off() {
+    let base = engine(CALLS, &PARSER).await;
+    let (_, chat) = post(&base, &ask(json!({"parallel_tool_calls": false}))).await;
+    let calls = chat["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .unwrap();
+    assert_eq!(calls.len(), 1, "{chat}");
+    assert_eq!(calls[0]["function"]["name"], "weather");
+    let body = ask_messages(json!({"tool_choice": {"type": "auto",
+        "disable_parallel_tool_use": true}}));
+    let (_, messages) = post_to(&base, "/v1/messages", &body).await;
+    let uses = messages["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["type"] == "tool_use")
+        .count();
+    assert_eq!(uses, 1, "{messages}");
+    let body = json!({"input": "Weather?", "parallel_tool_calls": false,
+        "tools": [{"type": "function", "name": "weather", "parameters": {}}]});
+    let (_, response) = post_to(&base, "/v1/responses", &body).await;
+    let calls = response["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "function_call")
+        .count();
+    assert_eq!(calls, 1, "{response}");
+    assert_eq!(response["parallel_tool_calls"], false);
+}
+
 #[test]
 fn auto_tool_choice_needs_a_parser() {
     let args = Flags::parse_from(["engine", "--backend", "sim", "--enable-auto-tool-choice"]);

@@ -130,8 +130,9 @@ impl MessagesRequest {
     /// blocks); an assistant's `tool_use` blocks become its tool calls, a user's `tool_result`
     /// blocks tool messages before the rest of it; the tools become function tools, and
     /// `tool_choice` `auto`, `any`, `none` or `tool` the chat's `auto`, `required`, `none` or
-    /// named tool (`auto` where tools come without one). Other blocks (images, documents,
-    /// thinking) are refused.
+    /// named tool (`auto` where tools come without one; its `disable_parallel_tool_use` the
+    /// chat's `parallel_tool_calls: false`). Other blocks (images, documents, thinking) are
+    /// refused.
     pub fn to_chat(&self) -> Result<ChatCompletionRequest, ApiError> {
         let mut messages = Vec::new();
         if let Some(system) = self.system.as_ref().filter(|s| !s.is_null()) {
@@ -186,6 +187,12 @@ impl MessagesRequest {
         );
         chat.tools = self.function_tools()?;
         chat.tool_choice = self.chat_tool_choice()?;
+        let one_call = self
+            .tool_choice
+            .as_ref()
+            .and_then(|c| c.get("disable_parallel_tool_use"))
+            .and_then(Value::as_bool);
+        chat.parallel_tool_calls = one_call.map(|one| !one);
         if chat.tools.is_some() && chat.tool_choice.is_none() {
             chat.tool_choice = Some(Value::String("auto".into()));
         }

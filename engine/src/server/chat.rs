@@ -3,7 +3,7 @@
 use super::errors::{HttpError, OpenAiJson};
 use super::generation::{Generation, Moves, TokenLogprobs};
 use super::params::{refuse_vllm_only, GenerationParams};
-use super::tool_calls::{read_next, read_whole, ToolCallParser, ToolCalls};
+use super::tool_calls::{read_next, read_whole, reading_of, ToolCallParser, ToolCalls};
 use super::{
     check_model, moves_of, sse_response, unsent_tokens, wants_token_ids, Payload, RequestId,
     ResponseShape,
@@ -76,7 +76,9 @@ pub async fn chat_completions(
             .enumerate()
             .map(|(i, c)| {
                 let (content, calls) = match tool_calls {
-                    Some(format) => read_whole(format, &request_id, i as u32, &c.text),
+                    Some(format) => {
+                        read_whole(reading_of(format, &req, &request_id, i as u32), &c.text)
+                    }
                     None => (Some(c.text), Vec::new()),
                 };
                 let finish = called_tools(c.finish, !calls.is_empty());
@@ -107,7 +109,7 @@ pub async fn chat_completions(
     }
     let (include_usage, continuous) = (params.include_usage, params.continuous_usage);
     let mut readings: Vec<Option<ToolCalls>> = (0..generation.num_choices() as u32)
-        .map(|i| tool_calls.map(|format| ToolCalls::new(format, &request_id, i)))
+        .map(|i| tool_calls.map(|format| reading_of(format, &req, &request_id, i)))
         .collect();
     let stream = async_stream::stream! {
         for i in 0..generation.num_choices() {

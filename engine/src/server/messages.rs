@@ -12,7 +12,7 @@
 use super::chat::{reads_tool_calls, start_rendered};
 use super::errors::{HttpError, OpenAiJson};
 use super::sse::{event_stream, named_event as event};
-use super::tool_calls::{read_next, read_whole, ToolCalls};
+use super::tool_calls::{read_next, read_whole, reading_of, ToolCalls};
 use super::{check_model, RequestId};
 use crate::instance::Instance;
 use axum::body::Bytes;
@@ -70,7 +70,7 @@ async fn answer(
         }
         let usage = generation.usage();
         let (content, calls) = match reads_calls {
-            Some(format) => read_whole(format, request_id, 0, &text),
+            Some(format) => read_whole(reading_of(format, &chat, request_id, 0), &text),
             None => (Some(text), Vec::new()),
         };
         let mut blocks: Vec<Value> = content
@@ -89,7 +89,7 @@ async fn answer(
         );
     }
     let input_tokens = generation.usage().prompt_tokens;
-    let mut reading = reads_calls.map(|format| ToolCalls::new(format, request_id, 0));
+    let mut reading = reads_calls.map(|format| reading_of(format, &chat, request_id, 0));
     let stream = async_stream::stream! {
         yield event("message_start", json!({"message": {"id": id, "type": "message",
             "role": "assistant", "model": model, "content": [], "stop_reason": null,

@@ -12,7 +12,7 @@
 use super::chat::{reads_tool_calls, start_rendered};
 use super::errors::{HttpError, OpenAiJson};
 use super::sse::{event_stream, named_event};
-use super::tool_calls::{read_next, read_whole, ToolCalls};
+use super::tool_calls::{read_next, read_whole, reading_of};
 use super::{check_model, RequestId};
 use crate::instance::stored_responses::{Stored, StoredResponses};
 use crate::instance::Instance;
@@ -75,7 +75,8 @@ pub async fn create(
         let (text, finish) = choice.map_or((String::new(), None), |c| (c.text, c.finish));
         let said = match reads_calls {
             Some(format) => {
-                let (content, calls) = read_whole(format, &request_id, 0, &text);
+                let reading = reading_of(format, &chat, &request_id, 0);
+                let (content, calls) = read_whole(reading, &text);
                 Said::of(content.unwrap_or_default(), calls)
             }
             None => Said::of(text, Vec::new()),
@@ -85,7 +86,7 @@ pub async fn create(
         return Ok(Json(response).into_response());
     }
     let keeper = instance.clone();
-    let mut reading = reads_calls.map(|format| ToolCalls::new(format, &request_id, 0));
+    let mut reading = reads_calls.map(|format| reading_of(format, &chat, &request_id, 0));
     let stream = async_stream::stream! {
         let mut events = Events::default();
         let mut said = Said::default();
@@ -251,7 +252,15 @@ fn chat_request(
         ChatCompletionRequest::of_messages(None, messages, req.max_output_tokens, sampling);
     chat.tools = req.function_tools()?;
     chat.tool_choice = req.chat_tool_choice()?;
+    chat.parallel_tool_calls = parallel_tool_calls(req);
     Ok(chat)
+}
+
+/// The request's `parallel_tool_calls`, if it says.
+fn parallel_tool_calls(req: &ResponsesRequest) -> Option<bool> {
+    req.other
+        .get("parallel_tool_calls")
+        .and_then(Value::as_bool)
 }
 
 /// `e`, raised while checking the chat request a response amounts to, naming the Responses
@@ -361,7 +370,7 @@ impl Answer {
             "previous_response_id": r.previous_response_id, "temperature": r.temperature,
             "top_p": r.top_p, "store": r.store != Some(false),
             "metadata": r.metadata.clone().unwrap_or_else(|| json!({})),
-            "parallel_tool_calls": true,
+            "parallel_tool_calls": parallel_tool_calls(r).unwrap_or(true),
             "tool_choice": r.tool_choice.clone().unwrap_or_else(|| json!("auto")),
             "tools": r.tools.clone().unwrap_or_else(|| json!([])),
             "text": {"format": {"type": "text"}}, "truncation": "disabled"})

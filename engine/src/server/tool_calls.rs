@@ -13,7 +13,7 @@
 //! A call whose JSON names no function stays text, so nothing the model wrote is lost, and each
 //! call is sent whole, in one chunk.
 
-use switchyard_protocol::openai::{FunctionCall, ToolCall, ToolCallChunk};
+use switchyard_protocol::openai::{ChatCompletionRequest, FunctionCall, ToolCall, ToolCallChunk};
 
 /// The tool-call formats the engine reads (`--tool-call-parser`, vLLM's names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -51,6 +51,9 @@ pub struct ToolCalls {
     state: State,
     /// Calls read so far.
     calls: u32,
+    /// Whether only the first call is kept (`parallel_tool_calls: false`); later ones are
+    /// dropped, as vLLM drops them.
+    one_call: bool,
 }
 
 /// Where a reading is, by format.
@@ -78,7 +81,14 @@ impl ToolCalls {
             pending: String::new(),
             state,
             calls: 0,
+            one_call: false,
         }
+    }
+
+    /// The same reading, keeping only the answer's first call when `one_call`.
+    pub fn first_call_only(mut self, one_call: bool) -> Self {
+        self.one_call = one_call;
+        self
     }
 
     /// Whether any call was read.
@@ -209,8 +219,12 @@ impl ToolCalls {
         }
     }
 
-    /// Adds a call of `function` to `read`, numbered within the answer.
+    /// Adds a call of `function` to `read`, numbered within the answer (none past the first
+    /// when only one is kept).
     fn push_call(&mut self, function: FunctionCall, read: &mut Read) {
+        if self.one_call && self.calls > 0 {
+            return;
+        }
         read.calls.push(ToolCallChunk {
             index: self.calls,
             call: ToolCall {
@@ -221,6 +235,18 @@ impl ToolCalls {
         });
         self.calls += 1;
     }
+}
+
+/// A reading, in `format`, of choice `choice` of request `request_id`, which asks for `chat`:
+/// its first call only where `parallel_tool_calls` is false.
+pub fn reading_of(
+    format: ToolCallParser,
+    chat: &ChatCompletionRequest,
+    request_id: &str,
+    choice: u32,
+) -> ToolCalls {
+    ToolCalls::new(format, request_id, choice)
+        .first_call_only(chat.parallel_tool_calls == Some(false))
 }
 
 /// Reads the next `text` of an answer with `reading` (as it is without one), and what is left
@@ -241,15 +267,10 @@ pub fn read_next(reading: Option<&mut ToolCalls>, text: String, last: bool) -> R
     read
 }
 
-/// Reads a whole answer in `format`: its content (none when only calls and white space are
-/// left) and calls.
-pub fn read_whole(
-    format: ToolCallParser,
-    request_id: &str,
-    choice: u32,
-    text: &str,
-) -> (Option<String>, Vec<ToolCall>) {
-    let mut reading = ToolCalls::new(format, request_id, choice);
+/// Reads a whole answer with a fresh `reading`: its content (none when only calls and white
+/// space are left) and calls.
+pub fn read_whole(reading: ToolCalls, text: &str) -> (Option<String>, Vec<ToolCall>) {
+    let mut reading = reading;
     let read = read_next(Some(&mut reading), text.to_string(), true);
     let content = match reading.called() && read.content.trim().is_empty() {
         true => None,
@@ -305,7 +326,7 @@ mod tests {
     fn a_whole_answer_splits_into_its_text_and_its_calls() {
         let text = "Let me look.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \
                     \"Paris\"}}\n</tool_call>\n<tool_call>{\"name\": \"time\"}</tool_call>";
-        let (content, calls) = read_whole(HERMES, "req", 1, text);
+        let (content, calls) = read_whole(ToolCalls::new(HERMES, "req", 1), text);
         assert_eq!(content.as_deref(), Some("Let me look.\n\n"));
         assert_eq!(calls.len(), 2);
         assert_eq!(calls[0].id, "chatcmpl-tool-req-1-0");
@@ -315,14 +336,12 @@ mod tests {
         assert_eq!(calls[1].function.arguments, "{}");
         // Only calls: no content.
         let (content, calls) = read_whole(
-            HERMES,
-            "req",
-            0,
+            ToolCalls::new(HERMES, "req", 0),
             "<tool_call>{\"name\": \"a\"}</tool_call>\n",
         );
         assert_eq!((content, calls.len()), (None, 1));
         // No call: all text, as it was.
-        let (content, calls) = read_whole(HERMES, "req", 0, "a < b, and <tool");
+        let (content, calls) = read_whole(ToolCalls::new(HERMES, "req", 0), "a < b, and <tool");
         assert_eq!(
             (content.as_deref(), calls.len()),
             (Some("a < b, and <tool"), 0)
@@ -332,9 +351,7 @@ mod tests {
     #[test]
     fn a_call_left_open_is_read_as_it_stands_and_one_naming_nothing_stays_text() {
         let (content, calls) = read_whole(
-            HERMES,
-            "r",
-            0,
+            ToolCalls::new(HERMES, "r", 0),
             "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1}\"}",
         );
         assert_eq!(
@@ -342,7 +359,7 @@ mod tests {
             (None, r#"{"x": 1}"#)
         );
         let broken = "<tool_call>{\"name\": 3}</tool_call> and <tool_call>not json";
-        let (content, calls) = read_whole(HERMES, "r", 0, broken);
+        let (content, calls) = read_whole(ToolCalls::new(HERMES, "r", 0), broken);
         assert_eq!((content.as_deref(), calls.len()), (Some(broken), 0));
     }
 
@@ -376,13 +393,16 @@ mod tests {
     fn llama_answers_are_calls_from_their_start_or_text() {
         let text = "{\"name\": \"weather\", \"parameters\": {\"city\": \"Paris\"}}; \
                     {\"name\": \"time\", \"parameters\": {}}";
-        let (content, calls) = read_whole(LLAMA, "r", 0, text);
+        let (content, calls) = read_whole(ToolCalls::new(LLAMA, "r", 0), text);
         assert_eq!(content, None);
         let names: Vec<&str> = calls.iter().map(|c| c.function.name.as_str()).collect();
         assert_eq!(names, ["weather", "time"]);
         assert_eq!(calls[0].function.arguments, r#"{"city":"Paris"}"#);
         // After the python tag, where special tokens are kept.
-        let (_, calls) = read_whole(LLAMA, "r", 0, "<|python_tag|>{\"name\": \"f\"}");
+        let (_, calls) = read_whole(
+            ToolCalls::new(LLAMA, "r", 0),
+            "<|python_tag|>{\"name\": \"f\"}",
+        );
         assert_eq!(calls[0].function.arguments, "{}");
         // Text, even with an object later in it, is text; so is an object naming nothing, and
         // one left open.
@@ -391,11 +411,11 @@ mod tests {
             "{\"city\": \"Paris\"}",
             "{\"name\": \"f\", \"par",
         ] {
-            let (content, calls) = read_whole(LLAMA, "r", 0, text);
+            let (content, calls) = read_whole(ToolCalls::new(LLAMA, "r", 0), text);
             assert_eq!((content.as_deref(), calls.len()), (Some(text), 0), "{text}");
         }
         // Text after the calls stays text.
-        let (content, calls) = read_whole(LLAMA, "r", 0, "{\"name\": \"f\"} Done.");
+        let (content, calls) = read_whole(ToolCalls::new(LLAMA, "r", 0), "{\"name\": \"f\"} Done.");
         assert_eq!((content.as_deref(), calls.len()), (Some(" Done."), 1));
     }
 
@@ -415,5 +435,16 @@ mod tests {
         assert_eq!((content.as_str(), calls.len()), ("Hello {", 0));
         let mut text = ToolCalls::new(LLAMA, "r", 0);
         assert_eq!(text.push("Hi").content, "Hi", "text goes out at once");
+    }
+
+    #[test]
+    fn only_the_first_call_is_kept_when_one_is_asked_for() {
+        let two =
+            "<tool_call>{\"name\": \"a\"}</tool_call><tool_call>{\"name\": \"b\"}</tool_call>";
+        let (_, calls) = read_whole(ToolCalls::new(HERMES, "r", 0).first_call_only(true), two);
+        let names: Vec<&str> = calls.iter().map(|c| c.function.name.as_str()).collect();
+        assert_eq!(names, ["a"]);
+        let (_, calls) = read_whole(ToolCalls::new(HERMES, "r", 0), two);
+        assert_eq!(calls.len(), 2);
     }
 }

@@ -97,6 +97,10 @@ pub struct ChatCompletionRequest {
     /// is.
     #[serde(default)]
     pub tool_choice: Option<serde_json::Value>,
+    /// Whether the answer may call several tools (default true); when false an engine that
+    /// reads tool calls keeps the first.
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
     /// Output format; only `text`.
     #[serde(default)]
     pub response_format: Option<ResponseFormat>,
@@ -137,6 +141,7 @@ impl ChatCompletionRequest {
             top_logprobs: None,
             tools: None,
             tool_choice: None,
+            parallel_tool_calls: None,
             response_format: None,
             add_generation_prompt: None,
             continue_final_message: None,
