@@ -1,7 +1,7 @@
 //! Tool calls over real HTTP on loopback: an engine started with `--enable-auto-tool-choice
 //! --tool-call-parser hermes` reads the calls a model writes into `tool_calls` (chat
 //! completions), `tool_use` blocks (Anthropic's Messages API) and `function_call` items (the
-//! Responses API), whole and streamed. The model here writes a set answer (the sim backend's step times, its text
+//! Responses API), whole and streamed; the OpenAI Python SDK reads them. The model here writes a set answer (the sim backend's step times, its text
 //! scripted): no small model at hand writes tool calls on cue.
 
 use clap::Parser;
@@ -441,6 +441,60 @@ async fn only_the_first_call_is_answered_where_parallel_calls_are_off() {
         .count();
     assert_eq!(calls, 1, "{response}");
     assert_eq!(response["parallel_tool_calls"], false);
+}
+
+/// The OpenAI Python SDK reading the calls, whole and through its stream helper.
+const SDK_SCRIPT: &str = r#"
+import json, sys
+from openai import OpenAI
+c = OpenAI(base_url=sys.argv[1] + "/v1", api_key="unused")
+tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+ask = dict(model="qwen3-0.6b", messages=[{"role": "user", "content": "Weather?"}], tools=tools,
+           max_tokens=200)
+chat = c.chat.completions.create(**ask)
+calls = chat.choices[0].message.tool_calls
+assert chat.choices[0].finish_reason == "tool_calls", chat
+assert [t.function.name for t in calls] == ["weather", "time"], calls
+assert json.loads(calls[0].function.arguments) == {"city": "Paris"}, calls
+with c.chat.completions.stream(**ask) as stream:
+    for _ in stream:
+        pass
+    done = stream.get_final_completion()
+streamed = done.choices[0].message.tool_calls
+assert [t.function.name for t in streamed] == ["weather", "time"], done
+assert done.choices[0].message.content == "Checking.", done
+"#;
+
+#[tokio::test]
+async fn the_openai_sdk_reads_the_calls_whole_and_streamed() {
+    let has_sdk = std::process::Command::new("python3")
+        .args(["-c", "import openai"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_sdk {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI installs the openai package"
+        );
+        eprintln!("skipped: pip install openai");
+        return;
+    }
+    let base = engine(CALLS, &PARSER).await;
+    // Off the runtime's thread, which serves the engine meanwhile.
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .args(["-c", SDK_SCRIPT, &base])
+            .output()
+            .expect("python3 runs")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
