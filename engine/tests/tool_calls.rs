@@ -1,8 +1,9 @@
 //! Tool calls over real HTTP on loopback: an engine started with `--enable-auto-tool-choice
 //! --tool-call-parser hermes` reads the calls a model writes into `tool_calls` (chat
 //! completions), `tool_use` blocks (Anthropic's Messages API) and `function_call` items (the
-//! Responses API), whole and streamed; the OpenAI Python SDK reads them. The model here writes a set answer (the sim backend's step times, its text
-//! scripted): no small model at hand writes tool calls on cue.
+//! Responses API), whole and streamed, and the OpenAI Python SDK reads them. The model here
+//! writes a set answer (the sim backend's step times, its text scripted): no small model at
+//! hand writes tool calls on cue.
 
 use clap::Parser;
 use serde_json::{json, Value};
