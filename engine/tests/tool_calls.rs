@@ -413,6 +413,32 @@ async fn llama_calls_are_read_with_the_llama3_json_parser() {
 }
 
 #[tokio::test]
+async fn an_empty_answer_has_its_message_item_whole_and_streamed() {
+    let base = engine("", &PARSER).await;
+    let ask = json!({"input": "x", "tools": [{"type": "function", "name": "f", "parameters": {}}]});
+    let (_, whole) = post_to(&base, "/v1/responses", &ask).await;
+    let kinds = |output: &Value| -> Vec<String> {
+        output
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["type"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(kinds(&whole["output"]), ["message"], "{whole}");
+    let mut streamed = ask.clone();
+    streamed["stream"] = json!(true);
+    let (events, text) = stream(&base, "/v1/responses", &streamed).await;
+    let done = events.last().unwrap();
+    assert_eq!(kinds(&done["response"]["output"]), ["message"], "{text}");
+    let added = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_item.added")
+        .count();
+    assert_eq!(added, 1, "{text}");
+}
+
+#[tokio::test]
 async fn only_the_first_call_is_answered_where_parallel_calls_are_off() {
     let base = engine(CALLS, &PARSER).await;
     let (_, chat) = post(&base, &ask(json!({"parallel_tool_calls": false}))).await;

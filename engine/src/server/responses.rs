@@ -125,6 +125,12 @@ pub async fn create(
                 finish = Some(f.0);
             }
         }
+        // An answer that said nothing has its (empty) message, as a whole answer has.
+        if said.order.is_empty() {
+            for e in answer.open_message(&mut events, &mut said) {
+                yield e;
+            }
+        }
         if let Some(at) = said.message_at {
             let text = &said.text;
             yield events.next("response.output_text.done", json!({"item_id": answer.message_id, "output_index": at, "content_index": 0, "text": text}));
