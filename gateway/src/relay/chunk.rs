@@ -191,19 +191,22 @@ fn raw_unless_null<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<Box<Raw
 }
 
 /// Reads field `key`'s value into `extra` as raw JSON when `keep` and it is not `null`; skips
-/// it otherwise.
+/// it otherwise. Says whether it was not `null`.
 fn other_field<'de, A: MapAccess<'de>>(
     map: &mut A,
     keep: bool,
     key: Cow<'de, str>,
     extra: &mut Vec<(String, Box<RawValue>)>,
-) -> Result<(), A::Error> {
+) -> Result<bool, A::Error> {
     if !keep {
-        map.next_value::<IgnoredAny>()?;
-    } else if let Some(raw) = raw_unless_null(map)? {
+        return Ok(map.next_value::<Option<IgnoredAny>>()?.is_some());
+    }
+    let raw = raw_unless_null(map)?;
+    let present = raw.is_some();
+    if let Some(raw) = raw {
         extra.push((key.into_owned(), raw));
     }
-    Ok(())
+    Ok(present)
 }
 
 /// Reads what its seed reads, or nothing for `null`.
@@ -328,7 +331,9 @@ impl<'de> Visitor<'de> for Keep {
                                 choice.delta = Some(delta);
                             }
                         }
-                        _ => other_field(&mut map, keep, key, &mut choice.extra)?,
+                        _ => {
+                            other_field(&mut map, keep, key, &mut choice.extra)?;
+                        }
                     }
                 }
                 Ok(Read::Choice(choice))
@@ -340,14 +345,11 @@ impl<'de> Visitor<'de> for Keep {
                         "content" => delta.content = map.next_value()?,
                         "role" if keep => delta.role = map.next_value()?,
                         news if OTHER_NEWS.contains(&news) => {
-                            if let Some(raw) = raw_unless_null(&mut map)? {
-                                delta.other_news = true;
-                                if keep {
-                                    delta.extra.push((key.into_owned(), raw));
-                                }
-                            }
+                            delta.other_news |= other_field(&mut map, keep, key, &mut delta.extra)?;
                         }
-                        _ => other_field(&mut map, keep, key, &mut delta.extra)?,
+                        _ => {
+                            other_field(&mut map, keep, key, &mut delta.extra)?;
+                        }
                     }
                 }
                 Ok(Read::Delta(delta))
