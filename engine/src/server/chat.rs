@@ -25,7 +25,7 @@ pub async fn chat_completions(
 ) -> Result<Response, HttpError> {
     let model = check_model(&instance, req.model.as_deref())?;
     refuse_vllm_only(&req.sampling)?;
-    let tool_calls = reads_tool_calls(&req, instance.info.tool_call_parser)?;
+    let tool_calls = reads_tool_calls(&req, instance.info.tool_call_parser, &CHAT_CHOICES)?;
     check_response_format(&req)?;
     let tok = instance.tokenizer.clone();
     let checked = check_chat(
@@ -209,25 +209,51 @@ fn check_response_format(req: &ChatCompletionRequest) -> Result<(), ApiError> {
     }
 }
 
+/// How an API spells `tool_choice`'s values in the errors of [`reads_tool_calls`].
+pub(super) struct ChoiceSpelling {
+    /// The value that passes tools to the template only.
+    pub(super) none: &'static str,
+    /// The value that lets the model choose.
+    pub(super) auto: &'static str,
+    /// That choice, as the subject of a sentence.
+    pub(super) auto_choice: &'static str,
+    /// A forced call of any tool, after "`tool_choice`".
+    pub(super) required: &'static str,
+    /// A forced call of a named tool, after "`tool_choice`".
+    pub(super) named: &'static str,
+}
+
+/// The chat API's spellings (the Responses API's are the same).
+pub(super) const CHAT_CHOICES: ChoiceSpelling = ChoiceSpelling {
+    none: "`tool_choice: \"none\"`",
+    auto: "`tool_choice: \"auto\"`",
+    auto_choice: "\"auto\" tool choice",
+    required: "is required",
+    named: "is a named tool",
+};
+
 /// The format the answer's text is read in for tool calls, if it is: `tools` with
 /// `tool_choice` `"auto"` (or none named, as the OpenAI API reads it) on an engine with a
-/// tool-call parser (`--enable-auto-tool-choice`). Refuses, as vLLM does, what the engine cannot do: `"auto"`
-/// without a parser, and `"required"` or a named tool, which need guided decoding to force a
-/// call. `"none"` passes the tools to the chat template only (vLLM's default).
+/// tool-call parser (`--enable-auto-tool-choice`). Refuses, as vLLM does, what the engine
+/// cannot do: `"auto"` without a parser, and `"required"` or a named tool, which need guided
+/// decoding to force a call; its errors spell the values as `spelling` says. `"none"` passes
+/// the tools to the chat template only (vLLM's default).
 pub(super) fn reads_tool_calls(
     req: &ChatCompletionRequest,
     parser: Option<ToolCallParser>,
+    spelling: &ChoiceSpelling,
 ) -> Result<Option<ToolCallParser>, ApiError> {
     let has_tools = req
         .tools
         .as_ref()
         .is_some_and(|t| !t.is_null() && t.as_array().is_none_or(|a| !a.is_empty()));
-    let choice = match &req.tool_choice {
-        None | Some(serde_json::Value::Null) if has_tools => "auto",
+    let forced = match &req.tool_choice {
+        None | Some(serde_json::Value::Null) if has_tools => None,
         None | Some(serde_json::Value::Null) => return Ok(None),
         Some(serde_json::Value::String(s)) if s == "none" => return Ok(None),
-        Some(serde_json::Value::String(s)) if s == "auto" || s == "required" => s.as_str(),
-        Some(serde_json::Value::Object(_)) => "a named tool",
+        Some(serde_json::Value::String(s)) if s == "auto" => None,
+        Some(serde_json::Value::String(s)) if s == "required" => Some(spelling.required),
+        Some(serde_json::Value::Object(_)) => Some(spelling.named),
         Some(other) => {
             return Err(ApiError::invalid_param(
                 "tool_choice",
@@ -243,21 +269,27 @@ pub(super) fn reads_tool_calls(
             "When using `tool_choice`, `tools` must be set.",
         ));
     }
-    match (choice, parser) {
-        ("auto", Some(parser)) => Ok(Some(parser)),
-        ("auto", None) => Err(ApiError::invalid_param(
-            "tool_choice",
-            "\"auto\" tool choice needs the engine started with --enable-auto-tool-choice and \
-             --tool-call-parser. Send `tool_choice: \"none\"` to pass the tools to the chat \
-             template only.",
-        )),
-        _ => Err(ApiError::invalid_param(
+    let ChoiceSpelling {
+        none,
+        auto,
+        auto_choice,
+        ..
+    } = spelling;
+    match (forced, parser) {
+        (None, Some(parser)) => Ok(Some(parser)),
+        (None, None) => Err(ApiError::invalid_param(
             "tool_choice",
             format!(
-                "This engine cannot force a tool call (`tool_choice` is {choice}): it has no \
-                 guided decoding. Send `tool_choice: \"auto\"` (with --enable-auto-tool-choice) \
-                 or `tool_choice: \"none\"`, or serve the model with vLLM or SGLang behind \
-                 switchyard."
+                "{auto_choice} needs the engine started with --enable-auto-tool-choice and \
+                 --tool-call-parser. Send {none} to pass the tools to the chat template only."
+            ),
+        )),
+        (Some(forced), _) => Err(ApiError::invalid_param(
+            "tool_choice",
+            format!(
+                "This engine cannot force a tool call (`tool_choice` {forced}): it has no \
+                 guided decoding. Send {auto} (with --enable-auto-tool-choice) or {none}, or \
+                 serve the model with vLLM or SGLang behind switchyard."
             ),
         )),
     }
@@ -345,7 +377,7 @@ mod tests {
                 true,
             ),
         ] {
-            let read = reads_tool_calls(&request(body.clone()), parser);
+            let read = reads_tool_calls(&request(body.clone()), parser, &CHAT_CHOICES);
             assert_eq!(read.ok().map(|f| f.is_some()), Some(reads), "{body}");
         }
         for (bad, parser, says) in [
@@ -380,7 +412,7 @@ mod tests {
                 "Invalid value",
             ),
         ] {
-            let e = reads_tool_calls(&request(bad.clone()), parser).unwrap_err();
+            let e = reads_tool_calls(&request(bad.clone()), parser, &CHAT_CHOICES).unwrap_err();
             assert_eq!(e.status, 400, "{bad}");
             assert_eq!(e.body.error.param.as_deref(), Some("tool_choice"));
             assert!(

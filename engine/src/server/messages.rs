@@ -9,7 +9,7 @@
 //! field. Errors take the API's own shape (`{"type": "error", "error": {"type", "message"}}`),
 //! as vLLM answers them.
 
-use super::chat::{reads_tool_calls, start_rendered};
+use super::chat::{reads_tool_calls, start_rendered, ChoiceSpelling};
 use super::errors::{HttpError, OpenAiJson};
 use super::sse::{event_stream, named_event as event};
 use super::tool_calls::{read_next, read_whole, reading_of, ToolCalls};
@@ -58,8 +58,7 @@ async fn answer(
     let OpenAiJson(req) = body?;
     req.check(true)?;
     let (model, chat, prompt) = rendered(instance, &req)?;
-    let reads_calls =
-        reads_tool_calls(&chat, instance.info.tool_call_parser).map_err(in_messages_terms)?;
+    let reads_calls = reads_tool_calls(&chat, instance.info.tool_call_parser, &MESSAGES_CHOICES)?;
     let (mut generation, params) = start_rendered(instance, request_id, &chat, prompt).await?;
     let id = format!("msg_{request_id}");
     if !params.stream {
@@ -245,35 +244,14 @@ fn rendered(
     Ok((model, chat, prompt))
 }
 
-/// `e`, raised while checking the chat request the conversation amounts to, with the chat's
-/// `tool_choice` values spelled as the Messages API spells them.
-fn in_messages_terms(mut e: ApiError) -> ApiError {
-    if e.body.error.param.as_deref() == Some("tool_choice") {
-        let spelled = [
-            (
-                "`tool_choice: \"none\"`",
-                "`tool_choice: {\"type\": \"none\"}`",
-            ),
-            (
-                "`tool_choice: \"auto\"`",
-                "`tool_choice: {\"type\": \"auto\"}`",
-            ),
-            ("\"auto\" tool choice", "`tool_choice` `auto`"),
-            (
-                "(`tool_choice` is required)",
-                "(`tool_choice` of type `any`)",
-            ),
-            (
-                "(`tool_choice` is a named tool)",
-                "(`tool_choice` of type `tool`)",
-            ),
-        ];
-        for (chat, messages) in spelled {
-            e.body.error.message = e.body.error.message.replace(chat, messages);
-        }
-    }
-    e
-}
+/// The Messages API's spellings of `tool_choice`'s values.
+const MESSAGES_CHOICES: ChoiceSpelling = ChoiceSpelling {
+    none: "`tool_choice: {\"type\": \"none\"}`",
+    auto: "`tool_choice: {\"type\": \"auto\"}`",
+    auto_choice: "`tool_choice` `auto`",
+    required: "of type `any`",
+    named: "of type `tool`",
+};
 
 /// The error of an answer that did not end: the engine stopped it (shutting down, or the
 /// request aborted) or failed; the Messages API has no stop reason for either.

@@ -9,7 +9,7 @@
 //! items (streamed each whole: added, its arguments in one delta, done). What needs background
 //! runs, structured output, reasoning, hosted tools or images is refused, naming the field.
 
-use super::chat::{reads_tool_calls, start_rendered};
+use super::chat::{reads_tool_calls, start_rendered, CHAT_CHOICES};
 use super::errors::{HttpError, OpenAiJson};
 use super::sse::{event_stream, named_event};
 use super::tool_calls::{read_next, read_whole, reading_of};
@@ -54,7 +54,7 @@ pub async fn create(
     };
     conversation.extend(req.input_messages()?);
     let chat = chat_request(&req, &conversation)?;
-    let reads_calls = reads_tool_calls(&chat, instance.info.tool_call_parser)?;
+    let reads_calls = reads_tool_calls(&chat, instance.info.tool_call_parser, &CHAT_CHOICES)?;
     let prompt = chat_prompt(
         instance.chat_template.as_deref(),
         &instance.tokenizer,
